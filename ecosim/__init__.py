@@ -1,5 +1,16 @@
-"""ecosim: bit-exact low-precision formats and quantized training without master weights."""
+"""ecosim: bit-exact low-precision formats and quantized training without master weights.
+
+Public names:
+    formats: the :class:`~ecosim.formats.Format` records, :func:`~ecosim.formats.get`, custom
+        formats, encode/decode to real low-precision storage.
+    quantize: RTN and SR rounding onto a format's grid, exact.
+    rng: counter-based random bits (a pure function of key and counter).
+"""
+
+from . import formats, rng
+from .formats import Format
+from .rounding import quantize
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["Format", "formats", "quantize", "rng", "__version__"]

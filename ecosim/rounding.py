@@ -1,0 +1,369 @@
+"""Round-to-nearest and stochastic rounding onto a format's grid, exactly, with integer bit ops.
+
+:func:`quantize` never goes through an intermediate precision. For a float format with ``M``
+mantissa bits and an input with ``S`` (23 for float32, 52 for float64), every input whose
+magnitude is at least the format's smallest normal is rounded on its own bit pattern: the low
+``S - M`` bits are the exact fraction ``p`` between the two neighbours, and adding a carry to the
+kept bits is exactly "go to the next representable value" (it carries into the exponent).
+Inputs below the smallest normal lie on a uniform grid of step ``2**(emin - M)`` and are rounded
+by exact power-of-two scaling and ``rint``/``floor``. Integer formats use the same uniform rule
+with step 1.
+
+Work is done in cache-sized chunks spread over a thread pool (NumPy releases the GIL in its
+loops), which is what makes the exact path also fast.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from . import rng
+from .formats import Format, get
+
+__all__ = ["quantize", "MODES"]
+
+MODES = ("rtn", "sr")
+_CHUNK = 1 << 15
+_THREADS = max(1, min(os.cpu_count() or 1, 8))
+_pool: ThreadPoolExecutor | None = None
+
+
+@dataclass(frozen=True)
+class _Src:
+    """Bit layout of a working float dtype."""
+
+    dtype: np.dtype
+    udtype: np.dtype
+    mant: int  # S
+    bias: int
+    emin: int  # smallest normal exponent
+    emax: int
+
+
+_F32 = _Src(np.dtype(np.float32), np.dtype(np.uint32), 23, 127, -126, 127)
+_F64 = _Src(np.dtype(np.float64), np.dtype(np.uint64), 52, 1023, -1022, 1023)
+_F16 = _Src(np.dtype(np.float16), np.dtype(np.uint16), 10, 15, -14, 15)
+
+
+def _bf16_src():
+    import ml_dtypes
+
+    return _Src(np.dtype(ml_dtypes.bfloat16), np.dtype(np.uint16), 7, 127, -126, 127)
+
+
+def _src_for(dtype: np.dtype) -> _Src:
+    if dtype == np.float32:
+        return _F32
+    if dtype == np.float64:
+        return _F64
+    if dtype == np.float16:
+        return _F16
+    if dtype.name == "bfloat16":
+        return _bf16_src()
+    raise TypeError(f"expected a floating-point array (float16, bfloat16, float32 or float64), "
+                    f"got dtype {dtype}")
+
+
+def _representable(fmt: Format, src: _Src) -> bool:
+    """Whether every finite value of ``fmt`` is exactly a value of ``src``."""
+    if not fmt.is_float:
+        return max(fmt.int_max, -fmt.int_min) <= 2 ** (src.mant + 1)
+    low = fmt.emin - (fmt.mantissa_bits if fmt.subnormals else 0)
+    return (fmt.mantissa_bits <= src.mant and low >= src.emin - src.mant
+            and fmt.emax <= src.emax)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Constants of one (format, working dtype, mode, nbits, saturate) combination."""
+
+    fmt: Format
+    src: _Src
+    sr: bool
+    nbits: int
+    saturate: bool
+    sh: int = 0  # S - M: low bits dropped in the normal range
+    minnorm: int = 0  # bits of 2**max(emin, working emin): below it, _small_values
+    maxbits: int = 0  # bits of the largest finite value
+    infbits: int = 0  # bits of +inf in the working dtype
+    qexp: int = 0  # exponent of the uniform step below the smallest normal
+
+
+@lru_cache(maxsize=256)
+def _plan(fmt: Format, work: np.dtype, sr: bool, nbits: int, saturate: bool) -> _Plan:
+    src = _src_for(work)
+    if not _representable(fmt, src):
+        raise ValueError(f"{fmt.name} values are not all representable in {work}; "
+                         "pass float64 input")
+    if not fmt.is_float:
+        return _Plan(fmt, src, sr, nbits, saturate)
+    S, M = src.mant, fmt.mantissa_bits
+    bits_of = lambda v: int(np.array(v, work).view(src.udtype))  # noqa: E731
+    return _Plan(fmt, src, sr, nbits, saturate, sh=S - M,
+                 minnorm=bits_of(math.ldexp(1.0, max(fmt.emin, src.emin))), maxbits=bits_of(fmt.max),
+                 infbits=bits_of(np.inf),
+                 qexp=fmt.emin - M if fmt.subnormals else fmt.emin)
+
+
+def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int = 32, key=None,
+             saturate: bool = True) -> np.ndarray:
+    """Round ``x`` onto the grid of ``fmt``.
+
+    Args:
+        x: float16, bfloat16, float32 or float64 array (Python floats become float64).
+        fmt: a :class:`~ecosim.formats.Format` or a name (``"e4m3"``, ``"bf16"``, ``"int4"``).
+        mode: ``"rtn"``, round to nearest, ties to the neighbour with an even code (ties away
+            from zero for formats that say so: E8M0), computed from the exact input value; or
+            ``"sr"``, stochastic rounding: with ``p`` the position of ``|x|`` between its two
+            neighbours ``lo < hi`` and ``r`` the low ``nbits`` of the random bits, the magnitude
+            goes to ``hi`` iff ``r + floor(p * 2**nbits) >= 2**nbits``. Exactly
+            ``floor(p * 2**nbits)`` of the ``2**nbits`` values of ``r`` round up.
+        rbits: random bits for SR, an integer array of ``x``'s shape (non-negative values).
+        nbits: how many low bits of each random word SR uses (1..32).
+        key: instead of ``rbits``: an int, or ``(key, counter)``; element ``i`` (C order) uses
+            the bits of counter ``counter + i`` from :mod:`ecosim.rng`.
+        saturate: True (the training default): finite values and infinities beyond the range
+            clamp to +-max; NaN stays NaN (NaN is on no grid: it propagates). False: the
+            format's own rules, exactly as an ``ml_dtypes`` cast gives them for float32 input
+            (overflow to inf or NaN, or to +-max for FP6/FP4, which also map NaN to a zero).
+
+    Returns:
+        An array of ``x``'s dtype and shape whose values lie on the grid. Signed zeros keep
+        their sign where the format has -0 (not fnuz formats, not integer grids). Integer
+        formats require ``saturate=True``; an unsigned E8M0 maps zero and negatives to NaN and
+        values below its smallest value to that value (as ``ml_dtypes``).
+
+    Example:
+        >>> import numpy as np
+        >>> quantize(np.array([1.0625, 1.1875, 500.0], np.float32), "e4m3")
+        array([  1. ,   1.25, 448.  ], dtype=float32)
+    """
+    fmt = get(fmt)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    arr = np.asarray(x)
+    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
+        raise TypeError(f"expected a floating-point array (float16, bfloat16, float32 or "
+                        f"float64), got dtype {arr.dtype}")
+    out_dtype = arr.dtype
+    out_src = _src_for(out_dtype)
+    if not _representable(fmt, out_src):
+        raise ValueError(f"{fmt.name} values are not all representable in {out_dtype}; "
+                         "pass float32 or float64 input")
+    work = np.dtype(np.float64) if out_dtype == np.float64 else np.dtype(np.float32)
+    if not fmt.is_float and not saturate:
+        raise ValueError(f"integer format {fmt.name} has no overflow encoding: use saturate=True")
+    sr = mode == "sr"
+    if not isinstance(nbits, int) or isinstance(nbits, bool) or not 1 <= nbits <= 32:
+        raise ValueError(f"nbits must be an int in 1..32, got {nbits!r}")
+    plan = _plan(fmt, work, sr, nbits if sr else 32, bool(saturate))
+    xw = np.ascontiguousarray(arr, dtype=work).reshape(-1)
+    bits_src = None
+    if sr:
+        bits_src = _random_source(arr.shape, rbits, key)
+    elif rbits is not None or key is not None:
+        raise ValueError("rbits and key are for mode='sr'")
+    out = np.empty(xw.size, work)
+    _run_chunks(plan, xw, out, bits_src)
+    out = out.reshape(arr.shape)
+    return out if out_dtype == work else out.astype(out_dtype)
+
+
+def _random_source(shape, rbits, key):
+    if (rbits is None) == (key is None):
+        raise ValueError("mode='sr' needs exactly one of rbits= (random bits) or key=")
+    if rbits is not None:
+        rb = np.asarray(rbits)
+        if rb.dtype.kind not in "ui":
+            raise TypeError(f"rbits must be an unsigned integer array, got dtype {rb.dtype}")
+        if rb.shape != tuple(shape):
+            raise ValueError(f"rbits must have x's shape {tuple(shape)}, got {rb.shape}")
+        if rb.dtype.kind == "i":
+            if rb.size and rb.min() < 0:
+                raise ValueError("rbits must be non-negative")
+        return ("bits", np.ascontiguousarray(rb).reshape(-1))
+    if isinstance(key, tuple):
+        if len(key) != 2:
+            raise ValueError(f"key must be an int or a (key, counter) pair, got {key!r}")
+        k, counter = key
+    else:
+        k, counter = key, 0
+    return ("key", rng.seed_of(k), rng.as_key(counter))
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="ecosim-quantize")
+    return _pool
+
+
+def _run_chunks(plan: _Plan, xw: np.ndarray, out: np.ndarray, bits_src) -> None:
+    n = xw.size
+    starts = range(0, n, _CHUNK)
+
+    def work(lo: int) -> None:
+        hi = min(lo + _CHUNK, n)
+        r = None
+        if bits_src is not None:
+            if bits_src[0] == "bits":
+                r = bits_src[1][lo:hi]
+            else:
+                r = rng.fill_bits(bits_src[1], bits_src[2] + lo, np.empty(hi - lo, np.uint32))
+        _kernel(plan, xw[lo:hi], out[lo:hi], r)
+
+    if n <= 2 * _CHUNK or _THREADS == 1:
+        for lo in starts:
+            work(lo)
+    else:
+        list(_get_pool().map(work, starts))
+
+
+def _kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
+    if plan.fmt.is_float:
+        _float_kernel(plan, x, out, rbits)
+    else:
+        _int_kernel(plan, x, out, rbits)
+
+
+def _sr_up(frac_units: np.ndarray, rbits: np.ndarray, nbits: int, udt) -> np.ndarray:
+    """SR decision: ``r + t >= 2**nbits`` written as ``r > (2**nbits - 1) - t`` (no overflow).
+
+    ``frac_units`` is ``t = floor(p * 2**nbits)`` in ``[0, 2**nbits)``.
+    """
+    nmask = udt.type((1 << nbits) - 1)
+    r = rbits.astype(udt, copy=False)
+    if nbits < 32 or rbits.dtype.itemsize > 4:
+        r = r & nmask
+    return r > (nmask - frac_units)
+
+
+def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
+    fmt, src = plan.fmt, plan.src
+    U = src.udtype.type
+    b = x.view(src.udtype)
+    a = b & U(_absmask(src))
+    sign = b ^ a
+    sh = plan.sh
+    lowmask = U((1 << sh) - 1)
+    if not plan.sr:
+        if sh == 0:
+            r = a.copy()
+        elif fmt.ties == "even":
+            r = a >> U(sh)
+            r &= U(1)
+            r += a
+            r += U((1 << (sh - 1)) - 1)
+            r &= ~lowmask
+        else:
+            r = a + U(1 << (sh - 1))
+            r &= ~lowmask
+    else:
+        t = a & lowmask
+        if plan.nbits >= sh:
+            t <<= U(plan.nbits - sh)
+        else:
+            t >>= U(sh - plan.nbits)
+        up = _sr_up(t, rbits, plan.nbits, src.udtype)
+        r = a & ~lowmask
+        r += up.view(np.uint8).astype(src.udtype) << U(sh)
+
+    # Below the smallest normal: a uniform grid (subnormals, flush-to-zero, or no zero at all).
+    small = a < U(plan.minnorm)
+    if small.any():
+        idx = np.flatnonzero(small)
+        r[idx] = _small_values(plan, x[idx], None if rbits is None else rbits[idx])
+
+    over = r > U(plan.maxbits)  # overflow after rounding; inf and NaN inputs land here too
+    over_nan = None
+    if over.any():
+        if plan.saturate or fmt.nan == "none":
+            r[over] = U(plan.maxbits)
+        elif fmt.has_inf:
+            r[over] = U(plan.infbits)
+        else:
+            over_nan = over
+    r |= sign
+    if fmt.nan == "fnuz":
+        r[r == U(1 << (8 * src.udtype.itemsize - 1))] = 0  # no negative zero
+    # Special results as whole bit patterns (sign included).
+    special = a > U(plan.infbits)  # NaN inputs
+    if over_nan is not None:
+        special |= over_nan
+    if not fmt.signed:
+        special |= (sign != 0) | (a == 0)  # unsigned, no zero: NaN as ml_dtypes gives
+    if special.any():
+        r[special] = _nan_bits(plan, sign[special] != 0)
+    out.view(src.udtype)[...] = r
+
+
+def _absmask(src: _Src) -> int:
+    return (1 << (8 * src.udtype.itemsize - 1)) - 1
+
+
+def _small_values(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
+    """Bits of the rounded magnitudes of inputs below ``plan.minnorm``.
+
+    These are the format's subnormals (a uniform step ``2**(emin - M)``), its flush-to-zero gap,
+    or, where the format reaches below the working dtype's normals (E8M0 in float32), normal
+    binades of the format whose inputs are subnormal in the working dtype. Each input is scaled
+    by a power of two onto integer steps, so rint/floor round exactly.
+    """
+    fmt, src = plan.fmt, plan.src
+    ax = np.abs(xs)
+    e = np.frexp(ax)[1].astype(np.int64) - 1  # floor(log2|x|) for nonzero x
+    qexp = np.where(e >= fmt.emin, e - fmt.mantissa_bits, plan.qexp)
+    y = np.ldexp(ax, -qexp)  # exact: power-of-two scaling onto integer steps
+    if plan.sr:
+        n = np.floor(y)
+        t = np.floor(np.ldexp(y - n, plan.nbits)).astype(src.udtype)
+        n += _sr_up(t, rbits, plan.nbits, src.udtype)
+    elif fmt.ties == "even":
+        n = np.rint(y)  # ties to even: an even count of steps is an even code
+    else:
+        n = np.floor(y + 0.5)
+    if not fmt.has_zero:
+        np.maximum(n, 1.0, out=n)  # nothing below the smallest value (ml_dtypes maps it there)
+    return np.ldexp(n, qexp).astype(src.dtype).view(src.udtype)
+
+
+def _nan_bits(plan: _Plan, negative: np.ndarray) -> np.ndarray:
+    """Full bit patterns of the NaN that a NaN input (or a NaN overflow) becomes."""
+    fmt, src = plan.fmt, plan.src
+    U = src.udtype.type
+    qnan = U(plan.infbits | (1 << (src.mant - 1)))
+    signbit = U(1 << (8 * src.udtype.itemsize - 1))
+    if fmt.nan == "none" and not plan.saturate:
+        # ml_dtypes maps NaN to a zero of the opposite sign in formats without NaN.
+        return np.where(negative, U(0), signbit).astype(src.udtype)
+    if fmt.nan == "fnuz":
+        return np.full(negative.shape, qnan | signbit, src.udtype)
+    if not fmt.signed:
+        return np.full(negative.shape, qnan, src.udtype)
+    return np.where(negative, qnan | signbit, qnan).astype(src.udtype)
+
+
+def _int_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
+    fmt = plan.fmt
+    y = np.abs(x)
+    with np.errstate(invalid="ignore"):
+        if plan.sr:
+            n = np.floor(y)
+            frac = y - n  # inf - inf is NaN here; the clip below handles inf
+            frac[~np.isfinite(frac)] = 0
+            t = np.floor(np.ldexp(frac, plan.nbits)).astype(np.uint64)
+            n += _sr_up(t, rbits, plan.nbits, np.dtype(np.uint64))
+        else:
+            n = np.rint(y)
+    neg = np.signbit(x)
+    lim = np.where(neg, x.dtype.type(-fmt.int_min), x.dtype.type(fmt.int_max))
+    np.minimum(n, lim, out=n)
+    np.negative(n, out=n, where=neg)
+    n += 0.0  # integer grids have no -0
+    out[...] = n
