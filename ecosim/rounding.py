@@ -265,14 +265,20 @@ def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
             r = a + U(1 << (sh - 1))
             r &= ~lowmask
     else:
-        t = a & lowmask
+        # SR on the bits: with j = nbits - sh >= 0, "r + (low << j) >= 2**nbits" is exactly
+        # "(r >> j) + low >= 2**sh", i.e. a carry out of the dropped bits (and with
+        # j < 0, "(r << -j) + low >= 2**sh"). So adding the scaled random word and truncating
+        # is the SPEC.md rule itself, bit for bit.
+        rr = rbits.astype(src.udtype)  # a copy we may scale in place
+        if plan.nbits < 8 * rbits.dtype.itemsize:
+            rr &= U((1 << plan.nbits) - 1)
         if plan.nbits >= sh:
-            t <<= U(plan.nbits - sh)
+            rr >>= U(plan.nbits - sh)
         else:
-            t >>= U(sh - plan.nbits)
-        up = _sr_up(t, rbits, plan.nbits, src.udtype)
-        r = a & ~lowmask
-        r += up.view(np.uint8).astype(src.udtype) << U(sh)
+            rr <<= U(sh - plan.nbits)
+        r = rr
+        r += a
+        r &= ~lowmask
 
     # Below the smallest normal: a uniform grid (subnormals, flush-to-zero, or no zero at all).
     small = a < U(plan.minnorm)
