@@ -1,0 +1,161 @@
+"""The protocol every test problem follows, and the argument checks they share.
+
+A *problem* is a small, immutable object that owns an objective f and, where it has
+one, a data set. Parameters (``params``) are either one NumPy array (quadratic,
+Rosenbrock) or a dict of named arrays (MLP: ``"W0", "b0", "W1", ...``). Every problem has
+
+* ``init(key) -> params``: a fresh, writable starting point, a pure function of ``key``;
+* ``loss(params, batch=None) -> float`` and ``grad(params, batch=None) -> params``,
+  ``grad`` returning the same structure, shapes and dtype as ``init`` gives;
+* ``loss_and_grad(params, batch=None) -> (float, params)``;
+* ``batch(key, step, batch_size=None) -> batch | None``: the stochastic part of the
+  objective at training step ``step``, a pure function of ``(key, step, batch_size)``.
+  ``None`` always means "the full, exact objective": full-batch problems return ``None``,
+  and ``loss(params, None)`` / ``grad(params, None)`` evaluate the full objective;
+* ``optimum`` (params or ``None`` when unknown) and ``f_star`` (float or ``None``), both
+  for the full objective;
+* ``has_validation`` (bool) and ``val_loss(params) -> float | None``: the held-out loss,
+  ``None`` exactly when ``has_validation`` is False;
+* ``dtype``: the floating type in which params, losses and gradients are computed.
+
+Inputs are never mutated; stored arrays (optimum, data, Hessian) are read-only.
+
+Randomness comes only from explicit non-negative integer keys. ``np.random.default_rng``
+pads its seed with zeros (``default_rng(k)``, ``default_rng([k, 0])`` and
+``default_rng([k, 0, 0])`` are one and the same stream), so a problem that used
+``default_rng(key)`` for its initial point and ``default_rng([key, step])`` for its batches
+would hand step 0 the very bits of its initial point. Every draw here therefore goes through
+:func:`keyed_rng`, which appends a non-zero *stream* tag: ``default_rng([key, step, stream])``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = ["Problem", "keyed_rng"]
+
+# Stream tags (non-zero, distinct) that separate the uses of one key.
+STREAM_BUILD = 1  # problem construction: rotations, optima, teachers, data sets
+STREAM_INIT = 2   # init(key)
+STREAM_BATCH = 3  # batch(key, step, ...)
+STREAM_EPOCH = 4  # per-epoch shuffles of a training set
+
+
+def check_key(key: Any, name: str = "key") -> int:
+    """Returns ``key`` as a Python int, or raises if it is not a non-negative integer."""
+    if isinstance(key, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a non-negative integer, got the bool {key!r}")
+    try:
+        value = operator.index(key)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be a non-negative integer, got {type(key).__name__} {key!r}"
+        ) from None
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value}")
+    return value
+
+
+def keyed_rng(key: int, stream: int, step: int = 0) -> np.random.Generator:
+    """The generator for draw ``step`` of ``stream`` under ``key``.
+
+    Args:
+      key: non-negative integer key chosen by the caller.
+      stream: one of the ``STREAM_*`` tags of this module (non-zero).
+      step: non-negative counter (training step, epoch, ...).
+
+    Returns:
+      ``np.random.default_rng([key, step, stream])``: a pure function of its arguments; the
+      non-zero final word keeps the streams of one key apart (see the module docstring).
+    """
+    return np.random.default_rng(
+        [check_key(key), check_key(step, "step"), check_key(stream, "stream")]
+    )
+
+
+def check_dtype(dtype: Any) -> np.dtype:
+    """Returns ``np.dtype(dtype)`` if it is a floating type, else raises TypeError."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a NumPy floating dtype, got {dtype!r}") from None
+    if not np.issubdtype(dt, np.floating):
+        raise TypeError(f"dtype must be a NumPy floating dtype (e.g. float64), got {dt}")
+    return dt
+
+
+def check_real(value: Any, name: str) -> float:
+    """Returns ``value`` as a float if it is a finite real number (not a bool), else raises."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+def check_positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
+    """Returns ``value`` as a float if it is a finite real > 0 (or >= 0), else raises."""
+    value = check_real(value, name)
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    return value
+
+
+def check_batch_size(batch_size: Any) -> int | None:
+    """Returns ``batch_size`` (None or a positive int), or raises."""
+    if batch_size is None:
+        return None
+    value = check_key(batch_size, "batch_size")
+    if value == 0:
+        raise ValueError("batch_size must be a positive integer or None (full batch), got 0")
+    return value
+
+
+def readonly(array: np.ndarray) -> np.ndarray:
+    """Marks ``array`` (owned by the caller) read-only and returns it."""
+    array.setflags(write=False)
+    return array
+
+
+class Problem:
+    """Base class of the test problems; see the module docstring for the protocol.
+
+    Subclasses implement ``init``, ``loss`` and ``grad`` and set ``dtype``; they may override
+    ``loss_and_grad`` (to share a forward pass), ``batch``, ``val_loss``, ``optimum`` and
+    ``f_star``.
+    """
+
+    has_validation: ClassVar[bool] = False
+    optimum: Any = None
+    f_star: float | None = None
+    dtype: np.dtype
+
+    def init(self, key: int) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def loss(self, params: Any, batch: Any = None) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def grad(self, params: Any, batch: Any = None) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def loss_and_grad(self, params: Any, batch: Any = None) -> tuple[float, Any]:
+        """Returns ``(loss(params, batch), grad(params, batch))``."""
+        return self.loss(params, batch), self.grad(params, batch)
+
+    def batch(self, key: int, step: int, batch_size: int | None = None) -> Any:
+        """Full-batch problems: checks the arguments and returns ``None``."""
+        check_key(key)
+        check_key(step, "step")
+        check_batch_size(batch_size)
+        return None
+
+    def val_loss(self, params: Any) -> float | None:
+        """``None``: this problem has no validation set (``has_validation`` is False)."""
+        return None
