@@ -1,11 +1,17 @@
 """Counter-based random bits: a pure function of (key, counter).
 
-The generator is SplitMix64 (Steele, Lea, Flood, "Fast splittable pseudorandom number
-generators", OOPSLA 2014) used as a hash: the 64-bit state of element ``i`` is
-``seed(key) + (counter + i) * 0x9E3779B97F4A7C15`` (mod 2**64), and its output is the SplitMix64
-finaliser of that state; the 32 random bits are the high half. Nothing is sequential, so any
-slice of the stream can be produced independently (chunks, threads, a torch mirror with int64
-arithmetic), and the same (key, counter) always gives the same bits.
+Element ``i`` of a stream gets the 32 bits ``h(key, counter + i)``, where ``h`` hashes the
+64-bit counter with two rounds of a 32-bit integer mixer (C. Wellons' "lowbias32"
+xorshift-multiply, from his hash-prospector search) keyed by two 32-bit words derived from the
+key with the SplitMix64 finaliser (Steele, Lea, Flood, OOPSLA 2014):
+
+    x = mix32(lo32(c) ^ k0);  x = mix32(x ^ k1 ^ mix32(hi32(c) + GOLDEN32)).
+
+Nothing is sequential: any slice of a stream can be produced on its own (chunks, a torch
+mirror using int64 arithmetic and masks), and the same (key, counter) always gives the same
+bits. Everything is 32-bit integer arithmetic, which is what makes it fast in NumPy (SR's cost
+is dominated by its random bits). For a fixed key and high counter word the map from the low
+word is a bijection (each step is invertible).
 
 Keys are non-negative Python ints (reduced mod 2**64). :func:`fold_in` derives independent keys
 from a key and data (a step number, a parameter name), as JAX's ``fold_in`` does.
@@ -35,19 +41,6 @@ def _mix64_int(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def _mix64(z: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser, in place on a uint64 array (wrapping arithmetic)."""
-    t = z >> np.uint64(30)
-    z ^= t
-    z *= np.uint64(_M1)
-    np.right_shift(z, np.uint64(27), out=t)
-    z ^= t
-    z *= np.uint64(_M2)
-    np.right_shift(z, np.uint64(31), out=t)
-    z ^= t
-    return z
-
-
 def as_key(key) -> int:
     """Validate a key: a non-negative integer (numpy integers accepted), reduced mod 2**64."""
     if isinstance(key, bool) or not isinstance(key, numbers.Integral):
@@ -59,7 +52,7 @@ def as_key(key) -> int:
 
 
 def seed_of(key: int) -> int:
-    """The 64-bit stream offset of a key."""
+    """The 64-bit word a key's stream is keyed by (two 32-bit halves k0, k1)."""
     return _mix64_int(as_key(key) ^ _KEY_SALT)
 
 
@@ -86,16 +79,59 @@ def random_bits(key, counter: int = 0, size: int | tuple = 1) -> np.ndarray:
     return out.reshape(shape)
 
 
+_M32A, _M32B = 0x7FEB352D, 0x846CA68B
+GOLDEN32 = 0x9E3779B9
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32_int(x: int) -> int:
+    x &= _MASK32
+    x ^= x >> 16
+    x = (x * _M32A) & _MASK32
+    x ^= x >> 15
+    x = (x * _M32B) & _MASK32
+    return x ^ (x >> 16)
+
+
+def _mix32(x: np.ndarray, t: np.ndarray) -> None:
+    """lowbias32, in place on a uint32 array (``t`` is scratch space of the same size)."""
+    np.right_shift(x, np.uint32(16), out=t)
+    x ^= t
+    x *= np.uint32(_M32A)
+    np.right_shift(x, np.uint32(15), out=t)
+    x ^= t
+    x *= np.uint32(_M32B)
+    np.right_shift(x, np.uint32(16), out=t)
+    x ^= t
+
+
 def fill_bits(seed: int, counter: int, out: np.ndarray) -> np.ndarray:
-    """Write the bits of counters ``counter .. counter+len(out)-1`` into the uint32 ``out``."""
+    """Write the bits of counters ``counter .. counter+out.size-1`` into the uint32 ``out``.
+
+    ``seed`` is :func:`seed_of` of the key. Works in cache-sized blocks, split where the high
+    counter word changes (once per 2**32 values).
+    """
+    out = out.reshape(-1)
     n = out.size
-    z = np.arange(n, dtype=np.uint64)
-    z *= np.uint64(GOLDEN)
-    z += np.uint64((seed + counter * GOLDEN) & _MASK64)
-    _mix64(z)
-    z >>= np.uint64(32)
-    out[...] = z
+    k0, k1 = seed & _MASK32, seed >> 32
+    t = np.empty(min(n, _BLOCK), np.uint32)
+    pos = 0
+    while pos < n:
+        c = (counter + pos) & _MASK64
+        lo, hi = c & _MASK32, c >> 32
+        m = min(n - pos, (1 << 32) - lo, _BLOCK)
+        x = out[pos:pos + m]
+        np.add(_BASE[:m], np.uint32(lo), out=x)  # no wrap: lo + m <= 2**32
+        x ^= np.uint32(k0)
+        _mix32(x, t[:m])
+        x ^= np.uint32(k1 ^ _mix32_int(hi + GOLDEN32))
+        _mix32(x, t[:m])
+        pos += m
     return out
+
+
+_BLOCK = 1 << 15
+_BASE = np.arange(_BLOCK, dtype=np.uint32)
 
 
 def _data_word(data) -> int:
