@@ -73,3 +73,22 @@ def lookup(name: str) -> Format | None:
     """The format called ``name`` (canonical or alias, case-insensitive), or None."""
     key = name.strip().lower()
     return FORMATS.get(key) or ALIASES.get(key)
+
+
+def markdown_table() -> str:
+    """The catalogue as a markdown table (the README's formats table is this, verbatim)."""
+    rows = ["| name | aliases | bits | exp/man | bias | max | smallest subnormal | inf | NaN |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for f in FORMATS.values():
+        aliases = ", ".join(f.aliases)
+        if f.is_float:
+            layout = f"{f.exponent_bits}/{f.mantissa_bits}" + ("" if f.signed else " unsigned")
+            nan = {"ieee": "IEEE", "fn": "all-ones code", "fnuz": "0x80 (no -0)",
+                   "none": "none"}[f.nan]
+            sub = f"{f.smallest_subnormal:.6g}" if f.subnormals else "none (no zero)"
+            rows.append(f"| {f.name} | {aliases} | {f.bits} | {layout} | {f.bias} | "
+                        f"{f.max:.6g} | {sub} | {'yes' if f.has_inf else 'no'} | {nan} |")
+        else:
+            rows.append(f"| {f.name} | {aliases} | {f.bits} | integers {f.int_min}..{f.int_max}"
+                        f" | | {f.max:g} | | | |")
+    return "\n".join(rows)

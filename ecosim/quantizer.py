@@ -83,8 +83,8 @@ class Quantizer:
         >>> import numpy as np
         >>> q = Quantizer("int4", granularity="row")
         >>> q(np.array([[0.7, -0.35], [7.0, 1.4]], np.float32))
-        array([[ 0.7 , -0.4 ],
-               [ 7.  ,  1. ]], dtype=float32)
+        array([[ 0.7, -0.4],
+               [ 7. ,  1. ]], dtype=float32)
     """
 
     fmt: Format | str

@@ -140,7 +140,7 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
     Example:
         >>> import numpy as np
         >>> quantize(np.array([1.0625, 1.1875, 500.0], np.float32), "e4m3")
-        array([  1. ,   1.25, 448.  ], dtype=float32)
+        array([  1.  ,   1.25, 448.  ], dtype=float32)
     """
     fmt = get(fmt)
     if mode not in MODES:
