@@ -1,0 +1,208 @@
+"""The ``ecosim`` command: ``figures``, ``list``, ``run``.
+
+    ecosim figures [--smoke] [--only NAME ...] [--out DIR] [--jobs N] [--cache DIR]
+    ecosim list
+    ecosim run EXPERIMENT [--set key=value ...] [--smoke] [--jobs N] [--cache DIR] [--save F]
+
+Also ``python -m ecosim ...``. Exit status: 0 success, 2 usage errors (unknown names, bad
+overrides, bad options), 130 interrupted (finished units stay cached: rerun to resume).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main", "build_parser"]
+
+
+class _UsageError(Exception):
+    """A user mistake: reported as ``ecosim: error: ...`` with exit status 2."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ecosim",
+        description="ecosim: quantized training without master weights (ECO), simulated. "
+                    "Regenerate the figures, list what exists, run one experiment.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--smoke", action="store_true",
+                       help="shrunken experiments (seconds, for tests and checks)")
+        p.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
+                       help="worker processes for experiment units (default 1: in-process)")
+        p.add_argument("--cache", metavar="DIR", default=None,
+                       help="result cache directory (default $ECOSIM_CACHE or .ecosim_cache)")
+        p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    p = sub.add_parser("figures", help="build every registered figure (PNG, PDF, CSV, JSON)",
+                       description="Build figures: PNG and PDF, the data as CSV, and a JSON "
+                                   "sidecar with the resolved configs and versions.")
+    p.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                   help="build only these figures")
+    p.add_argument("--out", metavar="DIR", default="figures",
+                   help="output directory (default: figures)")
+    common(p)
+    p.set_defaults(func=_cmd_figures)
+
+    p = sub.add_parser("list", help="list figures and experiments (with config fields)")
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("run", help="run one experiment (cached) and summarise its results",
+                       description="Run one experiment with type-checked overrides.")
+    p.add_argument("experiment", metavar="EXPERIMENT")
+    p.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[],
+                   metavar="KEY=VALUE",
+                   help="override config fields (tuples comma-separated: lrs=0.1,0.01)")
+    p.add_argument("--save", metavar="FILE.npz", default=None,
+                   help="also write the results to this .npz file")
+    common(p)
+    p.set_defaults(func=_cmd_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``ecosim`` and ``python -m ecosim``; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
+    try:
+        return int(args.func(args) or 0)
+    except _UsageError as exc:
+        print(f"ecosim {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished units are cached; rerun the same command to resume",
+              file=sys.stderr)
+        return 130
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+def _executor(jobs: int):
+    from .experiments import make_executor
+
+    return make_executor(jobs)
+
+
+def _progress(args) -> bool | None:
+    return False if args.no_progress else None  # None: bars on a terminal only
+
+
+def _cmd_figures(args) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from . import experiments as E
+    from . import figures as F
+
+    registered = F.figures()
+    if args.only:
+        unknown = [n for n in args.only if n not in registered]
+        if unknown:
+            raise _UsageError(f"unknown figure(s) {', '.join(map(repr, unknown))}; "
+                              f"registered: {', '.join(registered)}")
+    names = args.only or list(registered)
+    cache = E.Cache(args.cache)
+    n_exp = len({e for n in names for e in registered[n].experiments})
+    print(f"ecosim figures: {len(names)} figure(s) from {n_exp} experiment(s)"
+          f"{' (smoke)' if args.smoke else ''} -> {args.out}/  [jobs={args.jobs}, "
+          f"cache={cache.root}]", flush=True)
+    executor = _executor(args.jobs)
+    try:
+        report = F.build(names, out=args.out, smoke=args.smoke, cache=cache,
+                         executor=executor, progress=_progress(args))
+    except BaseException:
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise
+    executor.shutdown()
+
+    print(f"{'experiment':<24} {'units':>5} {'cached':>6} {'computed':>8} {'compute':>9}")
+    for name, run in report.runs.items():
+        s = run.stats
+        print(f"{name:<24} {s.units:>5} {s.cached:>6} {s.computed:>8} {s.compute_s:>8.2f}s")
+    print(f"{'figure':<24} {'files':<44} {'time':>8}")
+    n_files = n_changed = 0
+    for fr in report.figures:
+        n_csv = sum(p.suffix == ".csv" for p in fr.files)
+        files = f"{Path(args.out) / fr.name}.{{png,pdf,json}} + {n_csv} csv"
+        print(f"{fr.name:<24} {files:<44} {fr.seconds:>7.2f}s")
+        n_files += len(fr.files)
+        n_changed += len(fr.changed)
+    fig_s = sum(fr.seconds for fr in report.figures)
+    print(f"done in {report.seconds:.1f} s (experiments {report.experiment_s:.1f} s, figures "
+          f"{fig_s:.1f} s): {report.computed} unit(s) computed, {report.cached} cached; "
+          f"{n_files} files, {n_changed} changed")
+    return 0
+
+
+def _cmd_list(args) -> int:
+    from . import experiments as E
+    from . import figures as F
+
+    print("figures (ecosim figures --only NAME):")
+    for name, spec in F.figures().items():
+        first = spec.caption.split(". ")[0].rstrip(".")
+        print(f"  {name:<20} from {', '.join(spec.experiments):<24} {first}")
+    print("\nexperiments (ecosim run NAME --set key=value):")
+    for name, exp in E.experiments().items():
+        units = "one unit" if exp.units is None else "split into units"
+        print(f"  {name:<20} version {exp.version}, {units}: {exp.description}")
+        smoke = dict(exp.config.SMOKE)
+        for field, tp, default in exp.config.field_help():
+            note = f"   (smoke: {smoke[field]!r})" if field in smoke else ""
+            print(f"      {field} : {tp} = {default!r}{note}")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    import numpy as np
+
+    from . import experiments as E
+
+    try:
+        exp = E.get(args.experiment)
+    except KeyError as exc:
+        raise _UsageError(exc.args[0]) from None
+    try:
+        cfg = exp.default_config(smoke=args.smoke).override(args.overrides)
+    except E.ConfigError as exc:
+        raise _UsageError(str(exc)) from None
+    cache = E.Cache(args.cache)
+    print(f"ecosim run {exp.name} (version {exp.version}): {cfg!r}", flush=True)
+    t0 = time.perf_counter()
+    executor = _executor(args.jobs)
+    try:
+        run = E.run(exp, cfg, cache=cache, executor=executor, progress=_progress(args))
+    except BaseException:
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise
+    executor.shutdown()
+    s = run.stats
+    print(f"{s.units} unit(s): {s.cached} cached, {s.computed} computed "
+          f"(compute {s.compute_s:.2f} s, total {time.perf_counter() - t0:.2f} s); "
+          f"cache {cache.root / exp.name}")
+    with np.printoptions(precision=6, threshold=8, edgeitems=3, linewidth=100):
+        for key, arr in run.results.items():
+            shape = "x".join(map(str, arr.shape)) or "scalar"
+            body = np.array2string(arr, separator=", ") if arr.ndim else repr(arr.item())
+            body = " ".join(body.split())
+            print(f"  {key:<22} {str(arr.dtype):<8} {shape:<8} {body}")
+    if args.save:
+        path = E.save_results(args.save, run.results)
+        print(f"results written to {path}")
+    return 0

@@ -1,0 +1,732 @@
+"""Experiments: frozen configs, a registry, an on-disk result cache and a resumable runner.
+
+An *experiment* is a registered pair of
+
+* a **config**: a small frozen, keyword-only dataclass deriving from :class:`Config`, whose
+  field defaults are the full-size run and whose :meth:`Config.smoke` shrinks it. Field
+  types are checked (and ``int`` widened to ``float`` where a float is declared) when a config
+  is built, so the same values always hash the same; :meth:`Config.override` parses
+  ``key=value`` strings from the command line against the declared types;
+* a **compute** function ``config -> results``, pure and deterministic: every random draw comes
+  from the config's explicit integer keys (``key`` fields), never from global state. Results
+  are a flat ``dict`` of NumPy arrays (a small table is a few 1-D columns of equal length).
+
+An experiment may split into independent **units** (one per seed, per learning rate...):
+``units(config)`` lists JSON-able dicts, ``compute(config, unit)`` computes one, and
+``combine(config, units, results)`` assembles them (by default, :func:`stack_units`). Units are
+cached one by one, so a killed run resumes where it stopped, and run through any
+:class:`concurrent.futures.Executor` (a process pool for ``--jobs N``, :class:`InlineExecutor`
+in-process).
+
+Cache: ``<root>/<experiment>/<digest>.npz`` where ``digest`` is the SHA-256 of the canonical
+JSON of (cache format, experiment name, the experiment's declared code ``version``, the
+resolved config, the unit). Bump ``version`` whenever the compute function's output changes
+for the same config: the cache cannot see code changes. Files are written byte-deterministic
+(:func:`save_results`: stored zip members with a fixed timestamp, ``.npy`` payloads) to a
+temporary file in the same directory and moved into place with :func:`os.replace`, so a file
+that exists is complete, and a rerun writes the very same bytes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import io
+import json
+import math
+import numbers
+import os
+import re
+import tempfile
+import time
+import typing
+import zipfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from pathlib import Path
+from types import MappingProxyType, UnionType
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+__all__ = [
+    "Cache",
+    "Config",
+    "ConfigError",
+    "Experiment",
+    "InlineExecutor",
+    "Results",
+    "Run",
+    "RunStats",
+    "experiment",
+    "experiments",
+    "get",
+    "load_results",
+    "make_executor",
+    "run",
+    "run_many",
+    "save_results",
+    "stack_units",
+]
+
+Results = dict[str, np.ndarray]
+"""What a compute function returns: named NumPy arrays (no object dtype)."""
+
+CACHE_FORMAT = 1  # bump when the file layout or the hashing below changes
+DEFAULT_CACHE = ".ecosim_cache"
+CACHE_ENV = "ECOSIM_CACHE"
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_RESULT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest zip timestamp: fixed, so bytes are stable
+
+
+class ConfigError(TypeError, ValueError):
+    """A config value or override is invalid (unknown key, wrong type, bad value)."""
+
+
+# -- configs ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    """Base of experiment configs: frozen, keyword-only, type-checked, hashable to a digest.
+
+    Subclass with ``@dataclasses.dataclass(frozen=True, kw_only=True)``; every field needs a
+    default (the full-size run). Supported field types: ``int``, ``float``, ``bool``, ``str``,
+    ``Literal[...]``, ``tuple[T, ...]`` of those, and ``T | None``. Set the class variable
+    ``SMOKE`` to the overrides of the smoke run (or override :meth:`smoke`). Subclasses that
+    define ``__post_init__`` for their own checks call ``super().__post_init__()`` first and
+    raise :class:`ConfigError`.
+
+    Example:
+        >>> @dataclasses.dataclass(frozen=True, kw_only=True)
+        ... class Sweep(Config):
+        ...     lrs: tuple[float, ...] = (0.1, 0.01)
+        ...     steps: int = 1000
+        ...     key: int = 0
+        ...     SMOKE: ClassVar[dict] = {"steps": 10}
+        >>> Sweep().smoke().override(["lrs=1,0.5"])
+        Sweep(lrs=(1.0, 0.5), steps=10, key=0)
+    """
+
+    SMOKE: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+
+    def __post_init__(self):
+        hints = _field_types(type(self))
+        for f in dataclasses.fields(self):
+            value = _coerce(getattr(self, f.name), hints[f.name], f"{type(self).__name__}.{f.name}")
+            object.__setattr__(self, f.name, value)
+
+    def smoke(self):
+        """The shrunken variant for ``--smoke`` (applies ``SMOKE``)."""
+        return self.replace(**self.SMOKE)
+
+    def replace(self, **changes):
+        """A copy with some fields changed; unknown names and wrong types are ConfigErrors."""
+        _check_keys(type(self), changes)
+        return dataclasses.replace(self, **changes)
+
+    def override(self, assignments: Iterable[str]):
+        """A copy with ``key=value`` strings applied, each parsed as its field's declared type.
+
+        Tuples are comma-separated (``lrs=0.1,0.01``), booleans are true/false (or yes/no,
+        on/off, 1/0), ``none`` sets an optional field to None. Unknown keys, a missing ``=``
+        and values that do not parse as the field's type raise :class:`ConfigError`.
+        """
+        hints = _field_types(type(self))
+        changes = {}
+        for item in assignments:
+            key, sep, text = str(item).partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise ConfigError(f"override {item!r} is not of the form key=value")
+            _check_keys(type(self), {key: None})
+            changes[key] = _parse(text.strip(), hints[key], f"{type(self).__name__}.{key}")
+        return self.replace(**changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-able Python values (tuples become lists)."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def field_help(cls) -> list[tuple[str, str, Any]]:
+        """``(name, type, default)`` for each field, for listings."""
+        hints = _field_types(cls)
+        return [(f.name, _type_name(hints[f.name]), f.default) for f in dataclasses.fields(cls)]
+
+
+def _field_types(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _check_keys(cls, changes: Mapping[str, Any]) -> None:
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in changes:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{cls.__name__} has no field {key!r}{hint}; "
+                              f"valid keys: {', '.join(names)}")
+
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "{" + ",".join(str(a) for a in typing.get_args(tp)) + "}"
+    if origin is tuple:
+        return f"tuple[{_type_name(typing.get_args(tp)[0])}, ...]"
+    if origin in (typing.Union, UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "None"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _check_supported(tp, where: str) -> None:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp in (int, float, bool, str):
+        return
+    if origin is Literal and all(isinstance(a, (int, float, str, bool)) for a in args):
+        return
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return _check_supported(args[0], where)
+    if origin in (typing.Union, UnionType) and len(args) == 2 and type(None) in args:
+        return _check_supported(next(a for a in args if a is not type(None)), where)
+    raise ConfigError(f"{where}: unsupported config field type {tp!r} (use int, float, bool, "
+                      "str, Literal[...], tuple[T, ...] or T | None)")
+
+
+def _coerce(value, tp, where: str):
+    """Check ``value`` against the declared type ``tp``; widen ints to floats, lists to tuples."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, UnionType):
+        if value is None:
+            return None
+        inner = next(a for a in typing.get_args(tp) if a is not type(None))
+        return _coerce(value, inner, where)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        for choice in choices:
+            if type(value) is type(choice) and value == choice:
+                return value
+        raise ConfigError(f"{where}: expected one of {list(choices)}, got {value!r}")
+    if origin is tuple:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+            raise ConfigError(f"{where}: expected a tuple, got {type(value).__name__} {value!r}")
+        elem = typing.get_args(tp)[0]
+        return tuple(_coerce(v, elem, f"{where}[{i}]") for i, v in enumerate(value))
+    if tp is bool:
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+    elif tp is int:
+        if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+            return int(value)
+    elif tp is float:
+        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return str(value)
+    else:
+        _check_supported(tp, where)
+    raise ConfigError(f"{where}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def _parse(text: str, tp, where: str):
+    """Parse a command-line string as type ``tp`` (then checked by :func:`_coerce`)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, UnionType):
+        if text.lower() == "none":
+            return None
+        return _parse(text, next(a for a in typing.get_args(tp) if a is not type(None)), where)
+    if origin is Literal:
+        for choice in typing.get_args(tp):
+            try:
+                if _parse(text, type(choice), where) == choice:
+                    return choice
+            except ConfigError:
+                pass
+        raise ConfigError(f"{where}: expected one of {list(typing.get_args(tp))}, got {text!r}")
+    if origin is tuple:
+        body = text.strip()
+        if body[:1] in "([" and body[-1:] in ")]":
+            body = body[1:-1]
+        parts = [p.strip() for p in body.split(",")] if body.strip() else []
+        elem = typing.get_args(tp)[0]
+        return tuple(_parse(p, elem, f"{where}[{i}]") for i, p in enumerate(parts))
+    if tp is bool:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise ConfigError(f"{where}: expected a bool (true/false), got {text!r}")
+    if tp is int:
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:  # accept 1e6, but only when it is an exact integer
+            as_float = float(text)
+        except ValueError:
+            as_float = math.nan
+        if math.isfinite(as_float) and as_float.is_integer() and abs(as_float) < 2**53:
+            return int(as_float)
+        raise ConfigError(f"{where}: expected an int, got {text!r}")
+    if tp is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"{where}: expected a float, got {text!r}") from None
+    if tp is str:
+        return text
+    _check_supported(tp, where)
+    raise AssertionError("unreachable")
+
+
+def _jsonable(value):
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# -- registry -----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """A named computation: config type, compute function, declared code version, units.
+
+    Build one with the :func:`experiment` decorator (which also registers it), or directly
+    (unregistered; tests do this). ``compute`` must be a module-level function so that a
+    process pool can send it to a worker.
+    """
+
+    name: str
+    config: type
+    compute: Callable[..., Mapping[str, Any]]
+    version: str
+    units: Callable[[Any], Sequence[Mapping[str, Any]]] | None = None
+    combine: Callable[[Any, list, list], Mapping[str, Any]] | None = None
+    description: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ValueError(f"experiment name {self.name!r} must match {_NAME.pattern}")
+        if not (isinstance(self.config, type) and issubclass(self.config, Config)
+                and dataclasses.is_dataclass(self.config)
+                and self.config.__dataclass_params__.frozen):
+            raise TypeError(f"experiment {self.name!r}: config must be a frozen dataclass "
+                            f"deriving from ecosim.experiments.Config, got {self.config!r}")
+        hints = _field_types(self.config)
+        for f in dataclasses.fields(self.config):
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise TypeError(f"{self.config.__name__}.{f.name} needs a default")
+            _check_supported(hints[f.name], f"{self.config.__name__}.{f.name}")
+        if not isinstance(self.version, str) or not self.version:
+            raise ValueError(f"experiment {self.name!r}: version must be a non-empty string")
+        if self.combine is not None and self.units is None:
+            raise ValueError(f"experiment {self.name!r}: combine= needs units=")
+
+    def default_config(self, *, smoke: bool = False) -> Config:
+        """The default config, shrunk by :meth:`Config.smoke` when ``smoke``."""
+        cfg = self.config()
+        return cfg.smoke() if smoke else cfg
+
+    def unit_list(self, cfg: Config) -> list[dict[str, Any] | None]:
+        """The units of this config (``[None]`` for an experiment without units)."""
+        if self.units is None:
+            return [None]
+        units = [dict(u) for u in self.units(cfg)]
+        if not units:
+            raise ValueError(f"experiment {self.name!r} has no units for {cfg!r}")
+        seen = set()
+        for u in units:
+            for k, v in u.items():
+                if not (isinstance(k, str) and isinstance(v, (bool, int, float, str))):
+                    raise TypeError(f"experiment {self.name!r}: unit {u!r} must map str to "
+                                    "bool/int/float/str")
+            canon = _canonical(u)
+            if canon in seen:
+                raise ValueError(f"experiment {self.name!r}: duplicate unit {u!r}")
+            seen.add(canon)
+        return units
+
+    def digest(self, cfg: Config, unit: Mapping[str, Any] | None = None) -> str:
+        """SHA-256 (hex) of (cache format, name, version, resolved config, unit)."""
+        return hashlib.sha256(_canonical(self.key_doc(cfg, unit)).encode()).hexdigest()
+
+    def key_doc(self, cfg: Config, unit=None) -> dict[str, Any]:
+        if not isinstance(cfg, self.config):
+            raise TypeError(f"experiment {self.name!r} takes a {self.config.__name__}, "
+                            f"got {type(cfg).__name__}")
+        return {"cache_format": CACHE_FORMAT, "experiment": self.name, "version": self.version,
+                "config": cfg.to_dict(), "unit": unit}
+
+
+def _canonical(doc) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+_REGISTRY: dict[str, Experiment] = {}
+
+
+def experiment(name: str, config: type, *, version: str, units=None, combine=None,
+               description: str | None = None):
+    """Register ``compute`` as experiment ``name`` (decorator); returns the function unchanged.
+
+    Args:
+        name: unique lowercase name (``[a-z][a-z0-9_]*``).
+        config: the :class:`Config` subclass.
+        version: code version tag, part of the cache key: bump it when results change.
+        units: optional ``config -> list of dicts`` (JSON scalars); then ``compute`` takes
+            ``(config, unit)`` and each unit is computed and cached on its own.
+        combine: optional ``(config, units, unit_results) -> results``; default
+            :func:`stack_units`.
+        description: one line for ``ecosim list`` (default: the docstring's first line).
+    """
+    def register(compute):
+        doc = description if description is not None else (compute.__doc__ or "").strip()
+        exp = Experiment(name=name, config=config, compute=compute, version=version,
+                         units=units, combine=combine, description=doc.splitlines()[0] if doc
+                         else "")
+        if name in _REGISTRY:
+            raise ValueError(f"experiment {name!r} is registered twice")
+        _REGISTRY[name] = exp
+        return compute
+    return register
+
+
+def experiments() -> dict[str, Experiment]:
+    """The registered experiments by name (a copy)."""
+    return dict(_REGISTRY)
+
+
+def get(name: str | Experiment) -> Experiment:
+    """A registered experiment by name (an Experiment passes through)."""
+    if isinstance(name, Experiment):
+        return name
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown experiment {name!r}; registered: "
+                       f"{', '.join(sorted(_REGISTRY)) or '(none)'}") from None
+
+
+# -- results: validation and byte-stable storage ------------------------------------------------
+
+def as_results(raw: Mapping[str, Any], where: str = "results") -> Results:
+    """Validate and normalise a compute function's output to ``{str: ndarray}``."""
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"{where}: a compute function returns a dict of arrays, "
+                        f"got {type(raw).__name__}")
+    out = {}
+    for key in sorted(raw):
+        if not isinstance(key, str) or not _RESULT_KEY.match(key):
+            raise ValueError(f"{where}: result name {key!r} must match {_RESULT_KEY.pattern}")
+        arr = np.asarray(raw[key])
+        if arr.dtype.hasobject or arr.dtype.kind not in "biufcUSM":
+            raise TypeError(f"{where}: result {key!r} has dtype {arr.dtype}; use numeric, "
+                            "bool or fixed-width string arrays")
+        arr = np.array(arr, order="C", copy=True)  # a private copy (0-d stays 0-d)
+        arr.setflags(write=False)
+        out[key] = arr
+    return out
+
+
+def results_bytes(results: Mapping[str, np.ndarray]) -> bytes:
+    """The byte-deterministic ``.npz`` image of ``results``: sorted, stored, fixed timestamps."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+        for key in sorted(results):
+            member = io.BytesIO()
+            np.lib.format.write_array(member, np.asarray(results[key], order="C"),
+                                      allow_pickle=False)
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_TIME)
+            info.external_attr = 0o644 << 16
+            info.create_system = 3  # unix, whatever the platform
+            zf.writestr(info, member.getvalue())
+    return buf.getvalue()
+
+
+def save_results(path: str | os.PathLike, results: Mapping[str, Any]) -> Path:
+    """Write ``results`` to ``path`` (``.npz``) atomically and byte-deterministically."""
+    path = Path(path)
+    atomic_write(path, results_bytes(as_results(results, str(path))))
+    return path
+
+
+def load_results(path: str | os.PathLike) -> Results:
+    """Read a ``.npz`` written by :func:`save_results` (no pickles)."""
+    with np.load(path, allow_pickle=False) as npz:
+        return as_results({k: npz[k] for k in npz.files}, str(path))
+
+
+def atomic_write(path: Path, data: bytes) -> bool:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace``.
+
+    Returns False (and leaves the file and its mtime alone) when it already holds ``data``.
+    """
+    path = Path(path)
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return True
+
+
+# -- cache --------------------------------------------------------------------------------------
+
+class Cache:
+    """Results on disk under ``root/<experiment>/<digest>.npz`` (plus a ``.json`` of the key).
+
+    ``root`` defaults to ``$ECOSIM_CACHE`` or ``.ecosim_cache`` in the working directory.
+    """
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        if root is None:
+            root = os.environ.get(CACHE_ENV) or DEFAULT_CACHE
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"Cache({str(self.root)!r})"
+
+    def path(self, exp: Experiment, cfg: Config, unit=None) -> Path:
+        return self.root / exp.name / f"{exp.digest(cfg, unit)[:32]}.npz"
+
+    def load(self, exp: Experiment, cfg: Config, unit=None) -> Results | None:
+        """Cached results, or None when absent (or unreadable: then they are recomputed)."""
+        path = self.path(exp, cfg, unit)
+        if not path.exists():
+            return None
+        try:
+            return load_results(path)
+        except (OSError, ValueError, TypeError, zipfile.BadZipFile):
+            return None
+
+    def save(self, exp: Experiment, cfg: Config, unit, results: Results) -> Path:
+        path = self.path(exp, cfg, unit)
+        key = json.dumps(exp.key_doc(cfg, unit), sort_keys=True, indent=1) + "\n"
+        atomic_write(path.with_suffix(".json"), key.encode())
+        atomic_write(path, results_bytes(results))
+        return path
+
+
+# -- running ------------------------------------------------------------------------------------
+
+class InlineExecutor(Executor):
+    """A :class:`concurrent.futures.Executor` that runs each call in-process, at submit."""
+
+    _max_workers = 1
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        fut: Future = Future()
+        fut.set_running_or_notify_cancel()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # handed to the caller through the future, as pools do
+            fut.set_exception(exc)
+        return fut
+
+
+def make_executor(jobs: int) -> Executor:
+    """``jobs == 1``: :class:`InlineExecutor`; more: a spawn-based process pool."""
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    if jobs == 1:
+        return InlineExecutor()
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn: the same behaviour on every platform, and safe with threads in the parent
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _compute_unit(compute, cfg, unit):
+    """Worker side: one unit, timed. Module-level so that process pools can pickle it."""
+    t0 = time.perf_counter()
+    raw = compute(cfg) if unit is None else compute(cfg, dict(unit))
+    return as_results(raw), time.perf_counter() - t0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStats:
+    """How one experiment's results were obtained."""
+
+    units: int
+    cached: int
+    computed: int
+    compute_s: float  # summed compute time of the computed units (worker time)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """An experiment's results with the config that produced them.
+
+    Indexing reads the results: ``run["x"] is run.results["x"]``.
+    """
+
+    experiment: Experiment
+    config: Config
+    results: Results
+    stats: RunStats
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.results[key]
+
+    def __repr__(self) -> str:
+        names = ", ".join(self.results)
+        return f"Run({self.experiment.name!r}, {self.config!r}, results=[{names}], {self.stats})"
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.results
+
+    @property
+    def name(self) -> str:
+        return self.experiment.name
+
+
+def stack_units(cfg, units: list[dict], unit_results: list[Results]) -> Results:
+    """Default ``combine``: stack each result along a new first axis (one row per unit) and add
+    each unit field as a column ``unit_<field>``."""
+    keys = set(unit_results[0])
+    for r in unit_results[1:]:
+        if set(r) != keys:
+            raise ValueError("units returned different result names: "
+                             f"{sorted(keys)} vs {sorted(r)}")
+    out = {k: np.stack([r[k] for r in unit_results]) for k in sorted(keys)}
+    for field in sorted({f for u in units for f in u}):
+        name = f"unit_{field}"
+        if name in out:
+            raise ValueError(f"result name {name!r} collides with a unit field column")
+        out[name] = np.array([u.get(field) for u in units])
+    return out
+
+
+def run(exp: str | Experiment, cfg: Config | None = None, *, cache: Cache | str | os.PathLike
+        | None = None, executor: Executor | None = None, progress: bool | None = False,
+        smoke: bool = False) -> Run:
+    """Run one experiment (cached); see :func:`run_many`."""
+    exp = get(exp)
+    return run_many([(exp, cfg if cfg is not None else exp.default_config(smoke=smoke))],
+                    cache=cache, executor=executor, progress=progress)[0]
+
+
+def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | str | os.PathLike
+             | None = None, executor: Executor | None = None, progress: bool | None = False,
+             max_pending: int | None = None) -> list[Run]:
+    """Run several experiments, sharing one executor, caching and resuming unit by unit.
+
+    Every unit not in the cache is submitted to ``executor`` (default: in-process), at most
+    ``max_pending`` at a time (default: the executor's worker count), and saved as soon as it
+    completes, so a run killed midway loses only the units in flight. Results are identical
+    whatever the executor, because each unit is a pure function of (config, unit).
+
+    Args:
+        jobs: ``(experiment or name, config)`` pairs.
+        cache: a :class:`Cache`, a directory, or None for the default directory.
+        executor: any :class:`concurrent.futures.Executor`; None runs in-process.
+        progress: a tqdm bar per experiment (None: only on a terminal).
+        max_pending: how many units may be submitted and unfinished at once.
+
+    Returns:
+        One :class:`Run` per job, in order.
+    """
+    cache = cache if isinstance(cache, Cache) else Cache(cache)
+    executor = executor if executor is not None else InlineExecutor()
+    if max_pending is None:
+        max_pending = max(1, int(getattr(executor, "_max_workers", None) or os.cpu_count() or 1))
+
+    plans = []  # (exp, cfg, units, results list, stats dict)
+    todo = []   # (plan index, unit index)
+    for exp, cfg in jobs:
+        exp = get(exp)
+        if not isinstance(cfg, exp.config):
+            raise TypeError(f"experiment {exp.name!r} takes a {exp.config.__name__}, "
+                            f"got {type(cfg).__name__}")
+        units = exp.unit_list(cfg)
+        found = [cache.load(exp, cfg, u) for u in units]
+        p = len(plans)
+        plans.append((exp, cfg, units, found, {"compute_s": 0.0}))
+        todo += [(p, i) for i, r in enumerate(found) if r is None]
+
+    bars = _bars(plans, todo, progress)
+    try:
+        pending: dict[Future, tuple[int, int]] = {}
+        queue = list(reversed(todo))
+        while queue or pending:
+            while queue and len(pending) < max_pending:
+                p, i = queue.pop()
+                exp, cfg, units = plans[p][:3]
+                pending[executor.submit(_compute_unit, exp.compute, cfg, units[i])] = (p, i)
+            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: pending[f]):
+                p, i = pending.pop(fut)
+                exp, cfg, units, found, acc = plans[p]
+                try:
+                    results, seconds = fut.result()
+                except Exception as exc:
+                    for other in pending:
+                        other.cancel()
+                    unit = "" if units[i] is None else f" unit {units[i]}"
+                    raise RuntimeError(f"experiment {exp.name!r}{unit} failed: {exc}") from exc
+                cache.save(exp, cfg, units[i], results)
+                found[i] = results
+                acc["compute_s"] += seconds
+                if bars.get(p) is not None:
+                    bars[p].update(1)
+    finally:
+        for bar in bars.values():
+            bar.close()
+
+    out = []
+    computed = {}
+    for p, _ in todo:
+        computed[p] = computed.get(p, 0) + 1
+    for p, (exp, cfg, units, found, acc) in enumerate(plans):
+        if exp.units is None:
+            results = found[0]
+        else:
+            combine = exp.combine or stack_units
+            results = as_results(combine(cfg, units, found), f"experiment {exp.name!r}")
+        n_new = computed.get(p, 0)
+        stats = RunStats(units=len(units), cached=len(units) - n_new, computed=n_new,
+                         compute_s=acc["compute_s"])
+        out.append(Run(experiment=exp, config=cfg, results=results, stats=stats))
+    return out
+
+
+def _bars(plans, todo, progress) -> dict:
+    if progress is False or not todo:
+        return {}
+    from tqdm import tqdm
+
+    counts: dict[int, int] = {}
+    for p, _ in todo:
+        counts[p] = counts.get(p, 0) + 1
+    bars = {}
+    for pos, p in enumerate(sorted(counts)):
+        exp = plans[p][0]
+        n = len(plans[p][2])
+        bars[p] = tqdm(total=n, initial=n - counts[p], desc=exp.name, unit="unit",
+                       position=pos, leave=True, disable=None if progress is None else False,
+                       dynamic_ncols=True)
+    return bars

@@ -1,0 +1,23 @@
+"""Figures: ``@figure``-registered plotting functions, one style, a reproducible build.
+
+Importing this package registers every figure of ecosim. Build them with :func:`build` or
+``ecosim figures``; see :mod:`.base` for what a build writes.
+"""
+from . import style
+from .base import (
+    BuildReport,
+    FigureReport,
+    FigureSpec,
+    build,
+    figure,
+    figures,
+    get,
+    git_revision,
+    table_csv,
+)
+
+# the registered figures, in gallery order (importing a module registers what it defines)
+from . import grids  # noqa: E402,F401  isort: skip
+
+__all__ = ["BuildReport", "FigureReport", "FigureSpec", "build", "figure", "figures", "get",
+           "git_revision", "style", "table_csv"]

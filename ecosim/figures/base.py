@@ -1,0 +1,310 @@
+"""Figures: a registry of plotting functions and the build that writes their files.
+
+A figure function only plots. It is registered with :func:`figure`, names the experiments it
+reads, and receives their :class:`~ecosim.experiments.Run` objects as keyword arguments named
+after the experiments. It returns the matplotlib figure and the data behind it as tables
+(``{table name: {column: 1-D array}}``).
+
+:func:`build` runs the experiments (cached, see :mod:`ecosim.experiments`) and writes, for a
+figure ``NAME``, into the output directory:
+
+* ``NAME.png`` and ``NAME.pdf`` (no timestamps or software stamps in their metadata, so a
+  rerun with the same matplotlib writes the same bytes);
+* ``NAME.TABLE.csv`` for each table (shortest round-trip float formatting: byte-identical
+  on rerun, exact on reading back);
+* ``NAME.json``: caption, resolved configs with their cache digests, ecosim, NumPy,
+  matplotlib and ml_dtypes versions, and the git revision of the source (None outside a
+  git checkout).
+
+Every file is written to a temporary name and moved into place, and left untouched (mtime
+included) when its bytes did not change.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import experiments as _exp
+from ..experiments.base import atomic_write
+from . import style
+
+__all__ = ["FigureSpec", "BuildReport", "FigureReport", "figure", "figures", "get", "build",
+           "table_csv", "git_revision"]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class FigureSpec:
+    """A registered figure: name, the experiments it reads, caption, plotting function."""
+
+    name: str
+    experiments: tuple[str, ...]
+    caption: str
+    fn: Callable[..., tuple[Any, Mapping[str, Mapping[str, Any]]]]
+
+
+_REGISTRY: dict[str, FigureSpec] = {}
+
+
+def figure(name: str, *, experiments: Sequence[str], caption: str):
+    """Register a plotting function as figure ``name`` (decorator; returns it unchanged).
+
+    The function is called as ``fn(**{experiment: Run})`` and returns
+    ``(matplotlib Figure, {table: {column: 1-D array}})``.
+
+    Example (in a module of ``ecosim/figures/``, imported by its ``__init__``)::
+
+        @figure("sr_line", experiments=["grids"], caption="P(round up) under SR.")
+        def sr_line(grids):
+            fig = style.new_figure(4, 3)
+            fig.add_subplot().plot(grids["sr_p"], grids["sr_exact_up"])
+            return fig, {"curve": {"p": grids["sr_p"], "up": grids["sr_exact_up"]}}
+    """
+    experiments = tuple(experiments)
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"figure name {name!r} must match {_NAME.pattern}")
+    for e in experiments:
+        if not isinstance(e, str) or not e.isidentifier():
+            raise ValueError(f"figure {name!r}: experiment names must be identifiers, got {e!r}")
+    if not isinstance(caption, str) or not caption.strip():
+        raise ValueError(f"figure {name!r} needs a caption")
+
+    def register(fn):
+        if name in _REGISTRY:
+            raise ValueError(f"figure {name!r} is registered twice")
+        _REGISTRY[name] = FigureSpec(name=name, experiments=experiments,
+                                     caption=" ".join(caption.split()), fn=fn)
+        return fn
+    return register
+
+
+def figures() -> dict[str, FigureSpec]:
+    """The registered figures by name (a copy, in registration order)."""
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> FigureSpec:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown figure {name!r}; registered: "
+                       f"{', '.join(_REGISTRY) or '(none)'}") from None
+
+
+# -- CSV ----------------------------------------------------------------------------------------
+
+def _cell_formatter(arr: np.ndarray) -> Callable[[Any], str]:
+    kind = arr.dtype.kind
+    if kind == "f":
+        if arr.dtype == np.float64:
+            return lambda v: repr(float(v))
+        return lambda v: str(v)  # numpy's shortest repr of a float32/float16 scalar
+    if kind in "iu":
+        return lambda v: str(int(v))
+    if kind == "b":
+        return lambda v: "true" if v else "false"
+    if kind in "US":
+        return lambda v: v.decode() if isinstance(v, bytes) else str(v)
+    raise TypeError(f"unsupported column dtype {arr.dtype}")
+
+
+def table_csv(table: Mapping[str, Any]) -> bytes:
+    """A table (``{column: 1-D array}``, equal lengths) as CSV bytes, deterministically.
+
+    Floats use the shortest representation that reads back exactly (``repr``), so the text is
+    a pure function of the values; booleans are ``true``/``false``; ``\\n`` line ends.
+    """
+    if not table:
+        raise ValueError("a table needs at least one column")
+    cols = {}
+    for name, col in table.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"column names must be non-empty strings, got {name!r}")
+        arr = np.asarray(col)
+        if arr.ndim != 1:
+            raise ValueError(f"column {name!r} must be 1-D, got shape {arr.shape}")
+        cols[name] = arr
+    lengths = {len(a) for a in cols.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"columns have different lengths: "
+                         f"{ {k: len(a) for k, a in cols.items()} }")
+    fmts = [_cell_formatter(a) for a in cols.values()]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(list(cols))
+    for row in zip(*cols.values()):
+        writer.writerow([f(v) for f, v in zip(fmts, row)])
+    return buf.getvalue().encode()
+
+
+# -- provenance ---------------------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def git_revision() -> tuple[str | None, bool | None]:
+    """``(commit, dirty)`` of the git checkout holding this package, or ``(None, None)``.
+
+    ``dirty``: files under ``ecosim/`` differ from that commit (or are untracked). Never
+    raises: no git, no checkout, or an installed (untracked) copy all give ``(None, None)``.
+    """
+    pkg = Path(__file__).resolve().parent.parent
+
+    def git(*args) -> str:
+        return subprocess.run(["git", "-C", str(pkg), *args], capture_output=True, text=True,
+                              check=True, timeout=10).stdout.strip()
+    try:
+        git("ls-files", "--error-unmatch", "__init__.py")  # is this copy tracked here?
+        rev = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--", "."))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None, None
+    return rev or None, dirty
+
+
+def _versions() -> dict[str, str | None]:
+    import matplotlib
+
+    import ecosim
+
+    try:
+        import ml_dtypes
+        mld = ml_dtypes.__version__
+    except ImportError:  # pragma: no cover - a runtime dependency
+        mld = None
+    return {"ecosim": ecosim.__version__, "numpy": np.__version__,
+            "matplotlib": matplotlib.__version__, "ml_dtypes": mld}
+
+
+# -- build --------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class FigureReport:
+    name: str
+    files: tuple[Path, ...]
+    seconds: float
+    changed: tuple[Path, ...]  # files whose bytes differ from what was there
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildReport:
+    runs: dict[str, _exp.Run]
+    figures: tuple[FigureReport, ...]
+    experiment_s: float  # wall time of running (or loading) the experiments
+    seconds: float       # wall time of the whole build
+
+    @property
+    def computed(self) -> int:
+        return sum(r.stats.computed for r in self.runs.values())
+
+    @property
+    def cached(self) -> int:
+        return sum(r.stats.cached for r in self.runs.values())
+
+
+def _resolve(names: Sequence[str] | None) -> list[FigureSpec]:
+    if names is None:
+        return list(_REGISTRY.values())
+    specs = []
+    for n in names:
+        spec = get(n)
+        if spec not in specs:
+            specs.append(spec)
+    return specs
+
+
+def build(names: Sequence[str] | None = None, *, out: str | os.PathLike = "figures",
+          smoke: bool = False, cache: _exp.Cache | str | os.PathLike | None = None,
+          executor: Executor | None = None, progress: bool | None = False,
+          configs: Mapping[str, _exp.Config] | None = None) -> BuildReport:
+    """Build figures (all registered ones by default) into ``out``.
+
+    Args:
+        names: figure names, or None for all.
+        out: output directory (created).
+        smoke: shrink every experiment (:meth:`~ecosim.experiments.Config.smoke`).
+        cache: result cache (a :class:`~ecosim.experiments.Cache` or directory).
+        executor: runs experiment units (None: in-process).
+        progress: tqdm bars per experiment (None: on a terminal only).
+        configs: explicit configs for some experiments (default: each experiment's default,
+            or its smoke variant).
+    """
+    t0 = time.perf_counter()
+    specs = _resolve(names)
+    out = Path(out)
+    needed: list[str] = []
+    for spec in specs:
+        needed += [e for e in spec.experiments if e not in needed]
+    configs = dict(configs or {})
+    jobs = [(e, configs.get(e) or _exp.get(e).default_config(smoke=smoke)) for e in needed]
+    runs = {r.name: r for r in _exp.run_many(jobs, cache=cache, executor=executor,
+                                             progress=progress)}
+    t_exp = time.perf_counter() - t0
+    reports = [_build_one(spec, runs, out, smoke) for spec in specs]
+    return BuildReport(runs=runs, figures=tuple(reports), experiment_s=t_exp,
+                       seconds=time.perf_counter() - t0)
+
+
+def _build_one(spec: FigureSpec, runs: Mapping[str, _exp.Run], out: Path,
+               smoke: bool) -> FigureReport:
+    t0 = time.perf_counter()
+    blobs: dict[str, bytes] = {}
+    with style.context():
+        result = spec.fn(**{e: runs[e] for e in spec.experiments})
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise TypeError(f"figure {spec.name!r} must return (Figure, tables)")
+        fig, tables = result
+        dpi = style.SMOKE_DPI if smoke else style.DPI
+        for ext, kwargs in (("png", {"dpi": dpi, "metadata": {"Software": None}}),
+                            ("pdf", {"metadata": {"CreationDate": None}})):
+            buf = io.BytesIO()
+            fig.savefig(buf, format=ext, **kwargs)
+            blobs[f"{spec.name}.{ext}"] = buf.getvalue()
+    if not isinstance(tables, Mapping) or not tables:
+        raise TypeError(f"figure {spec.name!r} must return at least one table of its data")
+    for tname, table in tables.items():
+        if not isinstance(tname, str) or not _NAME.match(tname):
+            raise ValueError(f"figure {spec.name!r}: table name {tname!r} must match "
+                             f"{_NAME.pattern}")
+        try:
+            blobs[f"{spec.name}.{tname}.csv"] = table_csv(table)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"figure {spec.name!r}, table {tname!r}: {exc}") from None
+    rev, dirty = git_revision()
+    sidecar = {
+        "figure": spec.name,
+        "caption": spec.caption,
+        "smoke": bool(smoke),
+        "versions": _versions(),
+        "ecosim_version": _versions()["ecosim"],
+        "git_revision": rev,
+        "git_dirty": dirty,
+        "experiments": {
+            e: {"version": runs[e].experiment.version,
+                "digest": runs[e].experiment.digest(runs[e].config),
+                "units": runs[e].stats.units,
+                "config": runs[e].config.to_dict()}
+            for e in spec.experiments},
+        "files": sorted(blobs) + [f"{spec.name}.json"],
+    }
+    blobs[f"{spec.name}.json"] = (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode()
+    written, changed = [], []
+    for fname, data in blobs.items():
+        path = out / fname
+        if atomic_write(path, data):
+            changed.append(path)
+        written.append(path)
+    return FigureReport(name=spec.name, files=tuple(written),
+                        seconds=time.perf_counter() - t0, changed=tuple(changed))
