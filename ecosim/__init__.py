@@ -7,13 +7,21 @@ Public names:
     Quantizer: scaled quantization (tensor/row/column/group; absmax, power-of-two, absmean or
         fixed scales) to dequantized values or real low-precision storage.
     rng: counter-based random bits (a pure function of key and counter).
+    optim: SGD-momentum and AdamW under every weight scheme (fp, master, naive, eco, eco_exact,
+        kahan), DQT, learning-rate schedules.
+    problems: quadratics, Rosenbrock, a NumPy MLP.
+    train: the training loop, returning a History.
+    theory: closed-form noise floors, Lyapunov solver, bounds; metrics: error similarity.
+    memory: static bytes per parameter, formula and measured.
 """
 
-from . import formats, rng
+from . import formats, memory, metrics, optim, problems, rng, theory
 from .formats import Format
 from .quantizer import Encoded, Quantizer
 from .rounding import quantize
+from .train import History, train
 
 __version__ = "0.1.0"
 
-__all__ = ["Encoded", "Format", "Quantizer", "formats", "quantize", "rng", "__version__"]
+__all__ = ["Encoded", "Format", "History", "Quantizer", "formats", "memory", "metrics", "optim",
+           "problems", "quantize", "rng", "theory", "train", "__version__"]

@@ -190,10 +190,11 @@ class Quantizer:
             s = self._scales(xb, axes)
         else:
             s = np.asarray(scales).astype(self._scales_dtype(xb))
-            ref = self._scales(np.zeros(xb.shape, xb.dtype), axes)  # shape of one scale per block
-            if s.shape != ref.shape:
-                raise ValueError(f"scales must have shape {ref.shape} (one per block), got "
-                                 f"{s.shape}")
+            want = tuple(1 if i in axes else n for i, n in enumerate(xb.shape))
+            if self.fixed:
+                want = (1,) * xb.ndim
+            if s.shape != want:
+                raise ValueError(f"scales must have shape {want} (one per block), got {s.shape}")
             if not (np.isfinite(s) & (s > 0)).all():
                 raise ValueError("scales must be positive and finite")
         y = xb.astype(s.dtype, copy=False) / s  # half inputs: scaled in float32

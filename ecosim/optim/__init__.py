@@ -1,4 +1,17 @@
-"""Optimizers without master weights (ECO and baselines) and learning-rate schedules."""
+"""Optimizers without master weights (ECO and baselines) and learning-rate schedules.
+
+Public names:
+    sgdm, adamw: the factories of :class:`SGDM` and :class:`AdamW`, each with a weight-update
+        scheme among ``SCHEMES`` ("fp", "master", "naive", "eco", "eco_exact", "kahan").
+    dqt: DQT (SR onto the previous step's integer/ternary grid) as a named configuration.
+    SGDMState, AdamWState: the immutable state records.
+    on_grid, state_quantizer, compensation_quantizer: helpers shared by the optimizers.
+    Schedules: Constant, WarmupCosine, StepDecay, InverseTime (and lowercase spellings),
+        as_schedule.
+"""
+from .adamw import AdamW, AdamWState, adamw
+from .base import SCHEMES, QuantizedOptimizer, compensation_quantizer, on_grid, state_quantizer
+from .dqt import dqt, dqt_quantizers
 from .schedules import (
     Constant,
     InverseTime,
@@ -11,16 +24,30 @@ from .schedules import (
     step_decay,
     warmup_cosine,
 )
+from .sgdm import SGDM, SGDMState, sgdm
 
 __all__ = [
+    "AdamW",
+    "AdamWState",
     "Constant",
     "InverseTime",
+    "QuantizedOptimizer",
+    "SCHEMES",
+    "SGDM",
+    "SGDMState",
     "Schedule",
     "StepDecay",
     "WarmupCosine",
+    "adamw",
     "as_schedule",
+    "compensation_quantizer",
     "constant",
+    "dqt",
+    "dqt_quantizers",
     "inverse_time",
+    "on_grid",
+    "sgdm",
+    "state_quantizer",
     "step_decay",
     "warmup_cosine",
 ]

@@ -1,0 +1,512 @@
+"""Shared machinery of the quantized-weight optimizers: schemes, policies, keys, guards.
+
+An optimizer here is a frozen object with two pure functions (optax's ``init``/``update`` with
+an immutable ``NamedTuple`` state), except that :meth:`QuantizedOptimizer.step` returns the new
+*stored* (quantized) weights, because the rounding of the weight write is the experiment:
+
+    params, state = opt.init(params, key=0)
+    params, state = opt.step(params, grads, state)
+
+``params`` and ``grads`` are one floating array (the parameter named ``""``) or a dict of named
+arrays. The weight-update schemes (SPEC.md section 4; Nikdan et al., "ECO: Quantized Training
+without Full-Precision Master Weights", arXiv 2601.22101):
+
+``"fp"``
+    no quantization (the reference).
+``"master"``
+    a full-precision master copy ``theta`` is updated; the stored weights are ``q(theta)``.
+``"naive"``
+    no master: ``theta_hat <- q(theta_tilde)``; the rounding error is dropped.
+``"eco"``
+    as naive, then the error ``e = theta_tilde - q(theta_tilde)`` is injected into the momentum
+    (no extra buffer).
+``"eco_exact"``
+    keeps the previous error ``e_prev`` and injects it exactly: the implicit master
+    ``theta_hat + e`` follows the master-weight trajectory (the reference ECO approximates).
+``"kahan"``
+    Kahan-compensated weight update with a compensation buffer ``c`` stored in the weight format
+    (Zamirai et al., "Revisiting BFloat16 Training", arXiv 2010.06192): ``theta_tilde`` is
+    computed from ``theta_hat + c`` and ``c <- q_c(theta_tilde - q(theta_tilde))``.
+
+Conventions shared by every optimizer (the update rules themselves are in ``sgdm.py`` and
+``adamw.py``):
+
+* Step index ``t = state.step = 0, 1, ...`` is the index of the update being applied; the
+  learning rate of that update is ``lr(t)`` (see :mod:`ecosim.optim.schedules`).
+* Randomness: the SR draw of the weight write of parameter ``name`` at step ``t`` uses key
+  ``rng.fold_in(state.key, t, name)``; other SR draws append a tag (``"m"``, ``"v"``, ``"c"``,
+  ``"m_inject"``); :meth:`~QuantizedOptimizer.init` uses ``fold_in(key, "init", name)``. So the
+  same key gives a bit-identical trajectory.
+* Dtypes: every buffer has its parameter's dtype (float32 or float64); gradients are cast to
+  it. Learning rates and coefficients are Python floats, so float32 stays float32 (NEP 50).
+* Inputs are never mutated. Arrays may be shared between successive states (a weight that an
+  update does not rewrite is returned as the same object): treat them as immutable.
+* Zero learning rate: a step with ``lr(t) == 0`` does not write the weights (no rounding, no
+  new error, no injection; the master copy does not move); moments still accumulate the
+  gradient. ``eco_exact`` keeps its error *pending* across such steps (see ``SGDMState``) and
+  stays exact. ``lr(t) < 0`` or non-finite raises ValueError. A constant ``lr <= 0`` is refused
+  when the optimizer is built.
+* Non-finite gradients raise ValueError naming the parameter and the step; nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import rng
+from ..formats import Format, get
+from ..quantizer import Quantizer
+from .schedules import as_schedule
+
+__all__ = [
+    "SCHEMES",
+    "QuantizedOptimizer",
+    "on_grid",
+    "state_quantizer",
+    "compensation_quantizer",
+]
+
+SCHEMES = ("fp", "master", "naive", "eco", "eco_exact", "kahan")
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+# -- policies ---------------------------------------------------------------------------------
+
+def state_quantizer(spec: Quantizer | Format | str) -> Quantizer:
+    """The quantizer of a low-precision optimizer state (``m`` or ``v``).
+
+    Args:
+        spec: a :class:`~ecosim.Quantizer` (used as is: its mode, RTN or SR, applies), or a
+            format. A format of 16 bits or more (``"bf16"``, ``"fp16"``) means a plain cast:
+            RTN with the fixed scale 1. A narrower one (``"e4m3"``) gets RTN with row-wise
+            absmax scales (one per output row, as the weights), since a plain FP8 cast would
+            flush the small values of ``v`` to zero.
+    """
+    if isinstance(spec, Quantizer):
+        return spec
+    if isinstance(spec, (str, Format)):
+        fmt = get(spec)
+        if fmt.bits >= 16:
+            return Quantizer(fmt, "rtn", scale=1.0)
+        return Quantizer(fmt, "rtn", granularity="row", scale="absmax")
+    raise TypeError(f"a state format must be a Quantizer or a format name, got {spec!r}")
+
+
+def compensation_quantizer(q: Quantizer) -> Quantizer:
+    """The quantizer of the Kahan compensation buffer: the weights' kind, with its own scale.
+
+    Same format, rounding mode and granularity as the weight quantizer ``q``; a fixed scale
+    (which belongs to the weight grid) is replaced by absmax, so the buffer gets its own scale.
+    """
+    return dataclasses.replace(q, scale="absmax") if q.fixed else q
+
+
+def on_grid(q: Quantizer, x: np.ndarray, *, scales: np.ndarray | None = None) -> bool:
+    """Whether ``x`` lies on the grid of ``q``: rounding it again (RTN) changes nothing.
+
+    Args:
+        q: the quantizer that produced ``x``.
+        x: the stored values.
+        scales: the scales the values were produced with, when they do not follow from ``x``
+            itself (DQT's grid from the previous step's weights).
+
+    An absmean scale is not idempotent (the mean of ternary values is smaller than their grid
+    step), so for ``scale="absmean"`` the grid is checked with the absmax scale of ``x``, which
+    recovers the step of a ternary grid exactly. Power-of-two scales with the ``"floor"`` or
+    ``"even"`` rule are not idempotent either on some formats (int4: RTN may round a block's
+    largest negative value to the code -8, whose re-derived scale is one binade up): pass
+    ``scales`` for those.
+    """
+    check = dataclasses.replace(q, mode="rtn")
+    if q.scale == "absmean":
+        check = dataclasses.replace(check, scale="absmax")
+    x = np.asarray(x)
+    y = check(x, scales=scales)
+    return bool(np.array_equal(y, x))
+
+
+def _resolve_weights(weights: Any, scheme: str) -> Quantizer | Mapping | None:
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    if weights is None:
+        if scheme != "fp":
+            raise ValueError(f"scheme {scheme!r} needs weights=: a Quantizer, or a dict "
+                             "name -> Quantizer | None; weights=None is only for scheme='fp'")
+        return None
+    if scheme == "fp":
+        raise ValueError("scheme 'fp' keeps full-precision weights: pass weights=None")
+    if isinstance(weights, Quantizer):
+        return weights
+    if isinstance(weights, Mapping):
+        out = {}
+        for name, q in weights.items():
+            if not isinstance(name, str):
+                raise TypeError(f"weights keys must be parameter names (str), got {name!r}")
+            if q is not None and not isinstance(q, Quantizer):
+                raise TypeError(f"weights[{name!r}] must be a Quantizer or None, got {q!r}")
+            out[name] = q
+        return MappingProxyType(out)
+    raise TypeError(f"weights must be a Quantizer, a dict name -> Quantizer | None, or None; "
+                    f"got {type(weights).__name__}")
+
+
+def _resolve_states(states: Any, allowed: tuple[str, ...]) -> Mapping[str, Quantizer]:
+    if states is None:
+        return MappingProxyType({})
+    if not isinstance(states, Mapping):
+        raise TypeError(f"states must be a dict like {{'m': 'bf16'}}, got {states!r}")
+    out = {}
+    for k, spec in states.items():
+        if k not in allowed:
+            raise ValueError(f"states keys must be among {allowed}, got {k!r}")
+        if spec is not None:
+            out[k] = state_quantizer(spec)
+    return MappingProxyType(out)
+
+
+def _check_real(value: Any, name: str) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+def _check_beta(value: Any, name: str, scheme: str) -> float:
+    """beta in [0, 1); ECO's coefficient needs beta in (0, 1)."""
+    value = _check_real(value, name)
+    if scheme in ("eco", "eco_exact"):
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"scheme {scheme!r} needs {name} in (0, 1), got {value!r}: the "
+                             f"injection coefficient (1/lr)(1 - 1/{name}) is undefined at 0")
+    elif not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+    return value
+
+
+def _make_schedule(lr: Any, scheme: str) -> Callable[[int], float]:
+    if not callable(lr):
+        value = _check_real(lr, "lr")
+        if value <= 0 and scheme in ("eco", "eco_exact"):
+            raise ValueError(f"scheme {scheme!r} needs lr > 0, got {value!r}: the injection "
+                             "coefficient (1/lr)(1 - 1/beta) is undefined")
+    return as_schedule(lr)
+
+
+# -- trees ------------------------------------------------------------------------------------
+
+def _as_dict(tree: Any, what: str) -> tuple[dict[str, Any], bool]:
+    """A dict of named arrays and whether the tree was one bare array (named "")."""
+    if isinstance(tree, Mapping):
+        for k in tree:
+            if not isinstance(k, str):
+                raise TypeError(f"{what} keys must be str parameter names, got {k!r}")
+        return dict(tree), False
+    return {"": tree}, True
+
+
+def _from_dict(d: dict[str, Any] | None, bare: bool) -> Any:
+    if d is None:
+        return None
+    return d.get("") if bare else d
+
+
+def _entry(tree: Any, name: str, bare: bool) -> Any:
+    if tree is None:
+        return None
+    if bare:
+        return tree
+    return tree.get(name)
+
+
+class _Diag:
+    """Accumulates the diagnostics of one step."""
+
+    def __init__(self, quantized: bool):
+        self.e: dict[str, np.ndarray] | None = {} if quantized else None
+        self.sq = 0.0
+        self.changed = 0
+        self.n = 0
+
+    def add(self, name: str, w_old: np.ndarray, w_new: np.ndarray, tt: np.ndarray | None,
+            quantized: bool) -> None:
+        if tt is not None:
+            d = (tt - w_old).astype(np.float64, copy=False).ravel()
+            self.sq += float(np.dot(d, d))
+        self.changed += int(np.count_nonzero(w_new != w_old))
+        self.n += w_old.size
+        if self.e is not None:
+            self.e[name] = (tt - w_new) if (quantized and tt is not None) else np.zeros_like(w_old)
+
+    def result(self, lr: float, bare: bool) -> dict:
+        return {
+            "e": _from_dict(self.e, bare),
+            "update_norm": math.sqrt(self.sq),
+            "changed_frac": self.changed / self.n if self.n else 0.0,
+            "lr": lr,
+        }
+
+
+@dataclasses.dataclass
+class _Ctx:
+    """What one step's per-parameter updates share."""
+
+    t: int
+    lr: float
+    lr_next: float | None
+    key: int
+    pending: bool
+    diag: _Diag | None
+
+
+# -- the optimizer base -----------------------------------------------------------------------
+
+class QuantizedOptimizer:
+    """Base of :class:`~ecosim.optim.SGDM` and :class:`~ecosim.optim.AdamW`.
+
+    Subclasses are frozen dataclasses with the fields ``lr`` (a schedule), ``scheme``,
+    ``weights``, ``states``, ``init_weights`` and ``prev_scale`` plus their hyperparameters,
+    and implement ``_init_param`` and ``_step_param``.
+
+    Attributes:
+        name: ``"sgdm"`` or ``"adamw"``.
+        State: the state record class.
+        buffers: the per-parameter buffers this optimizer's state may hold.
+    """
+
+    name: str = ""
+    State: type = tuple
+    buffers: tuple[str, ...] = ()
+    _scheme_buffers = {"master": ("master",), "eco_exact": ("e_prev",), "kahan": ("c",)}
+
+    # fields provided by the dataclass subclasses
+    lr: Callable[[int], float]
+    scheme: str
+    weights: Quantizer | Mapping | None
+    states: Mapping[str, Quantizer]
+    init_weights: Quantizer | Mapping | None
+    prev_scale: bool
+
+    # -- policy lookups ---------------------------------------------------------------------
+    def weight_quantizer(self, name: str) -> Quantizer | None:
+        """The quantizer of parameter ``name``'s stored weights (None: full precision)."""
+        return self._lookup(self.weights, name)
+
+    def _init_quantizer(self, name: str) -> Quantizer | None:
+        policy = self.init_weights if self.init_weights is not None else self.weights
+        return self._lookup(policy, name)
+
+    @staticmethod
+    def _lookup(policy, name: str) -> Quantizer | None:
+        if policy is None:
+            return None
+        if isinstance(policy, Quantizer):
+            return policy
+        return policy.get(name)
+
+    def scheme_of(self, name: str) -> str:
+        """The scheme parameter ``name`` follows: ``"fp"`` when it is not quantized."""
+        return self.scheme if self.weight_quantizer(name) is not None else "fp"
+
+    def state_buffers(self, name: str) -> tuple[str, ...]:
+        """Names of the state buffers kept for parameter ``name`` (e.g. ``("m", "v", "c")``)."""
+        return self._moment_names + self._scheme_buffers.get(self.scheme_of(name), ())
+
+    _moment_names: tuple[str, ...] = ("m",)
+
+    # -- learning rate ----------------------------------------------------------------------
+    def lr_at(self, t: int) -> float:
+        """The learning rate of update ``t``, checked: finite and >= 0 (else ValueError)."""
+        raw = self.lr(t)
+        try:
+            value = float(raw)
+        except TypeError:
+            raise TypeError(f"the lr schedule returned {raw!r} at step {t}, not a number") from None
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"the learning rate at step {t} is {value!r}; it must be finite and "
+                             ">= 0 (a step with lr == 0 leaves the weights unchanged)")
+        return value
+
+    @property
+    def _needs_next_lr(self) -> bool:
+        return False
+
+    # -- keys and writes --------------------------------------------------------------------
+    def _write(self, q: Quantizer, x: np.ndarray, prev: np.ndarray, ctx: _Ctx,
+               name: str) -> np.ndarray:
+        """The stored weights ``q(x)`` (SR key ``fold_in(key, t, name)``; DQT: previous grid)."""
+        key = rng.fold_in(ctx.key, ctx.t, name) if q.mode == "sr" else None
+        scales = q.scales(prev) if self.prev_scale else None
+        return q(x, key=key, scales=scales)
+
+    @staticmethod
+    def _quantize_buffer(q: Quantizer, x: np.ndarray, key: int, *data) -> np.ndarray:
+        if q.mode == "sr":
+            return q(x, key=rng.fold_in(key, *data))
+        return q(x)
+
+    def _qstate(self, which: str, x: np.ndarray, ctx: _Ctx, name: str,
+                tag: str | None = None) -> np.ndarray:
+        qs = self.states.get(which)
+        if qs is None:
+            return x
+        return self._quantize_buffer(qs, x, ctx.key, ctx.t, name, tag or which)
+
+    def _qcomp(self, q: Quantizer, e: np.ndarray, key: int, *data) -> np.ndarray:
+        return self._quantize_buffer(compensation_quantizer(q), e, key, *data)
+
+    # -- init / step ------------------------------------------------------------------------
+    def init(self, params: Any, key: int = 0) -> tuple[Any, tuple]:
+        """Quantize the given weights and build the initial state.
+
+        Args:
+            params: one float32/float64 array or a dict of them (not modified).
+            key: non-negative int; the root of every SR draw of the run.
+
+        Returns:
+            ``(stored_params, state)``: the weights the model uses (``q(params)`` for quantized
+            parameters, a copy otherwise) and the state record at ``step = 0``.
+        """
+        key = rng.as_key(key)
+        P, bare = _as_dict(params, "params")
+        self._check_policy_names(P, bare)
+        lr0 = self.lr_at(0) if self.scheme == "eco_exact" else None
+        ctx = _Ctx(0, lr0 if lr0 is not None else 0.0, None, key,
+                   pending=(self.scheme == "eco_exact" and lr0 == 0.0), diag=None)
+        out_p: dict[str, np.ndarray] = {}
+        bufs: dict[str, dict[str, np.ndarray]] = {b: {} for b in self.buffers}
+        for name, p in P.items():
+            p = np.array(p, copy=True)
+            if p.dtype not in _FLOATS:
+                raise TypeError(f"parameter {name!r} must be float32 or float64, got {p.dtype}")
+            bad = p.size - int(np.count_nonzero(np.isfinite(p)))
+            if bad:
+                raise ValueError(f"parameter {name!r} has {bad} non-finite values")
+            q = self.weight_quantizer(name)
+            if q is None:
+                w = p
+            else:
+                qi = self._init_quantizer(name)
+                w = self._quantize_buffer(qi, p, key, "init", name)
+            out_p[name] = w
+            for b, arr in self._init_param(name, p, w, q, ctx).items():
+                bufs[b][name] = arr
+        return _from_dict(out_p, bare), self._make_state(0, key, bufs, bare, ctx.pending)
+
+    def step(self, params: Any, grads: Any, state: tuple, *,
+             diagnostics: bool = False) -> tuple:
+        """One update: ``(params, state) -> (new stored params, new state)``.
+
+        Args:
+            params: the stored weights (as returned by :meth:`init` or the previous step).
+            grads: gradients at ``params``, same structure and shapes (cast to each
+                parameter's dtype).
+            state: the state record of the previous call.
+            diagnostics: also return a dict with ``"e"`` (this step's rounding error
+                ``theta_tilde - theta_hat_new``, params-shaped, zeros for full-precision
+                parameters; None for scheme ``"fp"``), ``"update_norm"`` (the 2-norm of
+                ``theta_tilde - theta_hat_old`` over all parameters, ``theta_tilde`` being the
+                value handed to the quantizer: for master/eco_exact/kahan it includes the
+                carried error), ``"changed_frac"`` (fraction of stored weights whose value
+                changed) and ``"lr"``.
+
+        Returns:
+            ``(params, state)``, or ``(params, state, diagnostics)``.
+
+        Raises:
+            ValueError: a gradient has NaN/inf (the message names the parameter), the
+                learning rate of this step is negative or not finite, or the structures
+                differ.
+        """
+        if not isinstance(state, self.State):
+            raise TypeError(f"state must be a {self.State.__name__}, got {type(state).__name__}")
+        P, bare = _as_dict(params, "params")
+        G, gbare = _as_dict(grads, "grads")
+        if gbare != bare or set(G) != set(P):
+            raise ValueError(f"grads must have the structure of params: {sorted(P)} vs "
+                             f"{sorted(G)}")
+        t = state.step
+        G = {name: _check_grad(name, P[name], G[name], t) for name in P}
+        lr = self.lr_at(t)
+        lr_next = self.lr_at(t + 1) if self._needs_next_lr else None
+        pending = bool(getattr(state, "pending", False))
+        quantized = self.scheme != "fp"
+        ctx = _Ctx(t, lr, lr_next, state.key, pending, _Diag(quantized) if diagnostics else None)
+        out_p: dict[str, np.ndarray] = {}
+        bufs: dict[str, dict[str, np.ndarray]] = {b: {} for b in self.buffers}
+        for name, w in P.items():
+            w = np.asarray(w)
+            b = {k: _entry(getattr(state, k), name, bare) for k in self.state_buffers(name)}
+            missing = [k for k, v in b.items() if v is None]
+            if missing:
+                raise ValueError(f"state has no {missing} for parameter {name!r}: was it built "
+                                 "by this optimizer's init?")
+            new_w, new_b = self._step_param(name, w, G[name], b, ctx)
+            out_p[name] = new_w
+            for k, arr in new_b.items():
+                bufs[k][name] = arr
+        new_pending = self._next_pending(ctx)
+        new_state = self._make_state(t + 1, state.key, bufs, bare, new_pending)
+        new_params = _from_dict(out_p, bare)
+        if diagnostics:
+            return new_params, new_state, ctx.diag.result(lr, bare)
+        return new_params, new_state
+
+    def _next_pending(self, ctx: _Ctx) -> bool:
+        return False
+
+    def _make_state(self, step: int, key: int, bufs: dict, bare: bool, pending: bool) -> tuple:
+        fields = {"step": step, "key": key}
+        for b in self.buffers:
+            d = bufs[b]
+            if b in self._moment_names:
+                fields[b] = _from_dict(d, bare)
+            else:
+                fields[b] = _from_dict(d, bare) if d else None
+        if "pending" in self.State._fields:
+            fields["pending"] = pending
+        return self.State(**fields)
+
+    def _check_policy_names(self, P: dict, bare: bool) -> None:
+        for policy in (self.weights, self.init_weights):
+            if isinstance(policy, Mapping):
+                if bare:
+                    raise ValueError("a dict of per-parameter quantizers needs dict params")
+                extra = set(policy) - set(P)
+                if extra:
+                    raise ValueError(f"weights names {sorted(extra)} are not parameters "
+                                     f"(parameters: {sorted(P)})")
+
+    # -- subclass hooks ---------------------------------------------------------------------
+    def _init_param(self, name, p, w, q, ctx) -> dict:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _step_param(self, name, w, g, b, ctx) -> tuple:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _check_grad(name: str, w: np.ndarray, g: Any, t: int) -> np.ndarray:
+    g = np.asarray(g)
+    w = np.asarray(w)
+    if g.shape != w.shape:
+        raise ValueError(f"gradient of parameter {name!r} has shape {g.shape}, the parameter "
+                         f"{w.shape}")
+    if g.dtype != w.dtype:
+        if g.dtype.kind not in "fiu":
+            raise TypeError(f"gradient of parameter {name!r} has dtype {g.dtype}")
+        g = g.astype(w.dtype)
+    if g.size:
+        lo, hi = g.min(), g.max()  # NaN propagates through both; inf shows in one of them
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            bad = g.size - int(np.count_nonzero(np.isfinite(g)))
+            raise ValueError(f"gradient of parameter {name!r} has {bad} non-finite values "
+                             f"(NaN/inf) at step {t}; refusing to write them into the weights")
+    return g

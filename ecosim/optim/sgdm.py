@@ -1,0 +1,311 @@
+"""SGD with momentum over quantized weights: fp, master, naive, ECO, exact ECO and Kahan.
+
+The update rules (SPEC.md section 4; ECO: Nikdan et al., arXiv 2601.22101). With ``g`` the
+gradient at the stored weights ``theta_hat`` (plus ``weight_decay * theta_hat``, coupled L2 as
+in ``torch.optim.SGD``), ``lr = lr(t)``:
+
+    m       = beta * m + (1 - beta) * g          (EMA form; heavy_ball: beta * m + g)
+    u       = m                                  (nesterov: beta * m + (1 - beta) * g,
+                                                  heavy_ball nesterov: beta * m + g)
+    theta_tilde = base - lr * u                  base: theta_hat; master: theta;
+                                                  kahan: theta_hat + c
+    theta_hat   = q(theta_tilde)                 <- the only rounding of the weights
+    e           = theta_tilde - theta_hat        (exact: the two are close, Sterbenz)
+
+and then, per scheme, ``master``: ``theta = theta_tilde`` (kept in full precision);
+``eco``: ``m += alpha * e`` with ``alpha = (1/lr)(1 - 1/beta)`` (divided once more by ``beta``
+with Nesterov); ``eco_exact``: ``m += e_prev / lr(t) - e / (beta * lr(t+1))`` (Nesterov:
+``e_prev / (beta lr(t)) - e / (beta^2 lr(t+1))``), ``e_prev = e``; ``kahan``:
+``c = q_c(e)``.
+
+Why these coefficients: ``theta_tilde = theta_hat - lr * u``, so a momentum offset ``k`` added
+at the end of step ``t`` changes the later updates by ``-lr * gain * beta**j * k``
+(``j = 0, 1, ...``), with ``gain = beta`` (one momentum update) or ``beta**2`` (Nesterov's
+look-ahead multiplies once more). With a constant ``lr`` the total is
+``-lr * gain / (1 - beta) * k``. The write lost ``e`` (``theta_hat = theta_tilde - e``); ECO
+gives it back in full by choosing ``k = alpha * e`` with ``alpha = -(1 - beta) / (lr * gain)``,
+which is ``(1/lr)(1 - 1/beta)`` without Nesterov. Equivalently the virtual sequence
+
+    x_t = theta_hat_t - (lr * gain / (1 - beta)) * m_t
+
+follows plain gradient descent exactly: ``x_{t+1} = x_t - lr * grad f(theta_hat_t)``
+(``lr / (1 - beta)`` in the heavy-ball form); see :meth:`SGDM.virtual`.
+
+Exact ECO (derivation). Let ``theta_t`` and ``m^M_t`` be the master scheme's weights and
+momentum (its gradients are taken at its stored weights ``q(theta_t)``). Keep the invariant
+
+    theta_hat_t = q(theta_t),   e_t = theta_t - theta_hat_t,   m_t = m^M_t - e_t / (gain lr(t)).
+
+The momentum update multiplies the offset by ``beta`` (and Nesterov's look-ahead by ``beta``
+again), so ``u_t = u^M_t - e_t / lr(t)`` and ``theta_hat_t - lr(t) u_t = theta_t - lr(t) u^M_t
+= theta_{t+1}``: the master's next weight. Rounding it with the same SR key gives the same
+``theta_hat_{t+1}`` and ``e_{t+1}``. Restoring the invariant moves the offset of ``m`` from
+``-beta e_t / (gain lr(t))`` to ``-e_{t+1} / (gain lr(t+1))``, which is the injection
+``m += (beta / gain) e_t / lr(t) - e_{t+1} / (gain lr(t+1))``. The new error is divided by the
+*next* step's learning rate because that is the step whose update must give it back; with a
+constant learning rate this is SPEC's ``m + e_prev/lr - e/(lr beta)``. Initialisation:
+``e_0 = theta_0 - q(theta_0)``, ``m_0 = -e_0 / (gain lr(0))``. The identity holds in exact
+arithmetic. In floating point ``theta_tilde`` differs from the master's by round-off, so a code
+could flip where a value sits on a rounding boundary; ``tests/test_optim.py`` measures it: on
+fixed-scale grids the stored weights were bit-identical over 1000 steps, and with absmax scales
+the codes were identical while ``max|theta_tilde| / rho`` differed in its last bit.
+
+Zero learning rates: when ``lr(t+1) == 0`` the offset ``-e/(gain * 0)`` does not exist. The
+error is then kept *pending* (``state.pending``): the momentum carries no offset (it equals the
+master's), and the first later step with ``lr > 0`` adds ``e_prev`` directly to
+``theta_tilde``. This keeps the identity with master weights under warmup-from-zero schedules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from ..quantizer import Quantizer
+from .base import (
+    QuantizedOptimizer,
+    _check_beta,
+    _check_real,
+    _Ctx,
+    _make_schedule,
+    _resolve_states,
+    _resolve_weights,
+)
+
+__all__ = ["SGDM", "SGDMState", "sgdm"]
+
+
+class SGDMState(NamedTuple):
+    """State of :class:`SGDM` (immutable; arrays shaped as the params).
+
+    Attributes:
+        step: index of the next update (0 after init).
+        m: momentum, params-shaped (on the ``states["m"]`` grid when given).
+        master: full-precision weights of the quantized parameters (scheme ``"master"``),
+            else None. Parameters left in full precision are their own master.
+        e_prev: the last rounding error ``e`` (scheme ``"eco_exact"``), else None.
+        c: the Kahan compensation, on the compensation grid (scheme ``"kahan"``), else None.
+        pending: ``eco_exact`` only: True when ``e_prev`` has not been moved into ``m`` (the
+            next positive-lr step adds it to the weights directly); see the module docstring.
+        key: root key of the SR draws.
+    """
+
+    step: int
+    m: Any
+    master: Any
+    e_prev: Any
+    c: Any
+    pending: bool
+    key: int
+
+
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class SGDM(QuantizedOptimizer):
+    """SGD with momentum whose weight write is quantized by a scheme; see :func:`sgdm`."""
+
+    lr: Callable[[int], float]
+    beta: float = 0.9
+    scheme: str = "eco"
+    weights: Quantizer | Mapping | None = None
+    weight_decay: float = 0.0
+    nesterov: bool = False
+    heavy_ball: bool = False
+    states: Mapping[str, Quantizer] = dataclasses.field(default_factory=dict)
+    init_weights: Quantizer | Mapping | None = None
+    prev_scale: bool = False
+
+    name = "sgdm"
+    State = SGDMState
+    buffers = ("m", "master", "e_prev", "c")
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "weights", _resolve_weights(self.weights, self.scheme))
+        if self.init_weights is not None:
+            set_(self, "init_weights", _resolve_weights(self.init_weights, self.scheme))
+        set_(self, "lr", _make_schedule(self.lr, self.scheme))
+        set_(self, "beta", _check_beta(self.beta, "beta", self.scheme))
+        wd = _check_real(self.weight_decay, "weight_decay")
+        if wd < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {wd!r}")
+        set_(self, "weight_decay", wd)
+        set_(self, "nesterov", bool(self.nesterov))
+        set_(self, "heavy_ball", bool(self.heavy_ball))
+        set_(self, "states", _resolve_states(self.states, ("m",)))
+
+    # -- coefficients ------------------------------------------------------------------------
+    @property
+    def gain(self) -> float:
+        """How much of a momentum offset reaches the next update: beta (beta**2 Nesterov)."""
+        return self.beta * self.beta if self.nesterov else self.beta
+
+    def alpha(self, lr: float) -> float:
+        """ECO's injection coefficient ``(1/lr)(1 - 1/beta)`` (over beta again with Nesterov)."""
+        a = (1.0 / lr) * (1.0 - 1.0 / self.beta)
+        return a / self.beta if self.nesterov else a
+
+    def virtual_coefficient(self, lr: float) -> float:
+        """``c`` of the virtual sequence ``x = theta_hat - c m``: ``lr * gain / (1 - beta)``."""
+        return lr * self.gain / (1.0 - self.beta)
+
+    def virtual(self, params: Any, state: SGDMState) -> Any:
+        """The virtual iterate ``theta_hat - c * m`` with ``c`` at the learning rate of step
+        ``state.step`` (exactly gradient descent for ``eco`` with a constant lr)."""
+        c = self.virtual_coefficient(self.lr_at(state.step))
+        if isinstance(params, Mapping):
+            return {k: params[k] - c * state.m[k] for k in params}
+        return params - c * state.m
+
+    @property
+    def _needs_next_lr(self) -> bool:
+        return self.scheme == "eco_exact"
+
+    def _next_pending(self, ctx: _Ctx) -> bool:
+        if self.scheme != "eco_exact":
+            return False
+        if ctx.lr == 0.0:
+            return ctx.pending
+        return ctx.lr_next == 0.0
+
+    # -- per-parameter numerics --------------------------------------------------------------
+    def _init_param(self, name, p, w, q, ctx) -> dict:
+        out = {"m": np.zeros_like(p)}
+        scheme = self.scheme_of(name)
+        if scheme == "master":
+            out["master"] = p
+        elif scheme == "eco_exact":
+            e0 = p - w
+            out["e_prev"] = e0
+            if not ctx.pending:  # m_0 = -e_0 / (gain lr_0)
+                m0 = e0 * (-1.0 / (self.gain * ctx.lr))
+                out["m"] = self._qstate("m", m0, ctx, name, "init_m")
+        elif scheme == "kahan":
+            out["c"] = self._qcomp(q, p - w, ctx.key, "init", name, "c")
+        return out
+
+    def _step_param(self, name, w, g, b, ctx):
+        q = self.weight_quantizer(name)
+        scheme = self.scheme_of(name)
+        beta, lr = self.beta, ctx.lr
+        if self.weight_decay:
+            g = g + self.weight_decay * w  # coupled L2 at the stored weights
+        m = np.multiply(b["m"], beta)
+        if self.heavy_ball:
+            m += g
+        else:
+            m += (1.0 - beta) * g
+        m = self._qstate("m", m, ctx, name)
+        if self.nesterov:
+            u = np.multiply(m, beta)
+            u += g if self.heavy_ball else (1.0 - beta) * g
+        else:
+            u = m
+        out = {"m": m}
+        for k in ("master", "e_prev", "c"):
+            if k in b:
+                out[k] = b[k]
+        if lr == 0.0:  # no write: no rounding, no error, nothing to inject
+            if ctx.diag is not None:
+                ctx.diag.add(name, w, w, None, q is not None)
+            return w, out
+        if scheme == "master":
+            base = b["master"]
+        elif scheme == "kahan":
+            base = w + b["c"]
+        elif scheme == "eco_exact" and ctx.pending:
+            base = w + b["e_prev"]
+        else:
+            base = w
+        tt = np.multiply(u, -lr)
+        tt += base  # theta_tilde = base - lr * u
+        if scheme == "fp":
+            if ctx.diag is not None:
+                ctx.diag.add(name, w, tt, tt, False)
+            return tt, out
+        new_w = self._write(q, tt, w, ctx, name)
+        if ctx.diag is not None:
+            ctx.diag.add(name, w, new_w, tt, True)
+        if scheme == "master":
+            out["master"] = tt
+            return new_w, out
+        if scheme == "naive":
+            return new_w, out
+        e = np.subtract(tt, new_w, out=tt)  # theta_tilde is not needed any more
+        if scheme == "eco":
+            e *= self.alpha(lr)
+            m += e
+            out["m"] = self._qstate("m", m, ctx, name, "m_inject")
+        elif scheme == "eco_exact":
+            if not ctx.pending:
+                m += b["e_prev"] * (beta / (self.gain * lr))
+            if ctx.lr_next > 0.0:
+                m -= e * (1.0 / (self.gain * ctx.lr_next))
+            out["m"] = self._qstate("m", m, ctx, name, "m_inject")
+            out["e_prev"] = e
+        else:  # kahan
+            out["c"] = self._qcomp(q, e, ctx.key, ctx.t, name, "c")
+        return new_w, out
+
+
+def sgdm(lr: float | Callable[[int], float], beta: float = 0.9, *, scheme: str = "eco",
+         weights: Quantizer | Mapping | None = None, weight_decay: float = 0.0,
+         nesterov: bool = False, heavy_ball: bool = False,
+         states: Mapping | None = None) -> SGDM:
+    """SGD with momentum whose stored weights are quantized, with a weight-update scheme.
+
+    Update of step ``t`` (``lr = lr(t)``, ``g`` the gradient at the stored weights
+    ``theta_hat``, plus ``weight_decay * theta_hat``)::
+
+        m = beta * m + (1 - beta) * g        # heavy_ball=True: m = beta * m + g
+        u = m                                # nesterov=True: u = beta * m + (1 - beta) * g
+        theta_tilde = theta_hat - lr * u     # master: theta - lr * u;  kahan: theta_hat + c - lr u
+        theta_hat = q(theta_tilde)           # the weight write: the only rounding of the weights
+        e = theta_tilde - theta_hat
+        eco:        m += (1/lr) * (1 - 1/beta) * e           (Nesterov: one more 1/beta)
+        eco_exact:  m += e_prev/lr(t) - e/(beta*lr(t+1));  e_prev = e
+        kahan:      c = q_c(e)
+        master:     theta = theta_tilde
+
+    ``q`` is ``weights`` (RTN or SR as the Quantizer says; SR key
+    ``fold_in(state.key, t, name)``). With ``states={"m": ...}`` the momentum is stored in low
+    precision: it is rounded when written after the momentum update and again after ECO's
+    injection. The derivation of the coefficients and of exact ECO is in the module
+    docstring of :mod:`ecosim.optim.sgdm`.
+
+    Args:
+        lr: learning rate (float > 0) or schedule ``t -> lr`` (see :func:`as_schedule`).
+        beta: momentum coefficient, in [0, 1); (0, 1) for ``eco``/``eco_exact``.
+        scheme: one of ``"fp"``, ``"master"``, ``"naive"``, ``"eco"``, ``"eco_exact"``,
+            ``"kahan"``.
+        weights: a :class:`~ecosim.Quantizer` for every parameter, or a dict name -> Quantizer
+            or None (None, or a name not in the dict: that parameter stays in full precision and
+            is updated like ``"fp"``); must be None exactly when ``scheme == "fp"``.
+        weight_decay: coupled L2 coefficient (added to the gradient at ``theta_hat``).
+        nesterov: Nesterov look-ahead.
+        heavy_ball: undamped momentum ``m = beta m + g`` (ECO keeps the same alpha).
+        states: ``{"m": Quantizer or format name}``: low-precision momentum (see
+            :func:`~ecosim.optim.base.state_quantizer`).
+
+    Returns:
+        An :class:`SGDM` with pure ``init(params, key)`` and ``step(params, grads, state)``.
+
+    Raises:
+        ValueError: ECO with ``lr <= 0`` (constant) or ``beta`` outside (0, 1); an unknown
+            scheme; weights given with ``"fp"`` or missing otherwise.
+
+    Example:
+        >>> import numpy as np
+        >>> from ecosim import Quantizer
+        >>> q = Quantizer("int8", scale=2.0**-4)          # a fixed grid of step 1/16
+        >>> opt = sgdm(0.1, 0.9, scheme="eco", weights=q)
+        >>> w, state = opt.init(np.array([1.0]), key=0)
+        >>> for _ in range(20):                          # every update is below half a step
+        ...     w, state = opt.step(w, np.array([0.2]), state)
+        >>> w                                            # naive rounding stays at 1.0
+        array([0.875])
+    """
+    return SGDM(lr=lr, beta=beta, scheme=scheme, weights=weights, weight_decay=weight_decay,
+                nesterov=nesterov, heavy_ball=heavy_ball, states=states or {})

@@ -1,0 +1,84 @@
+"""The training loop: determinism, what it records, and that the records mean what they say."""
+
+import math
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from ecosim import Quantizer, optim, problems
+from ecosim.metrics import error_similarity
+from ecosim.train import FIELDS, train
+
+FIXED = Quantizer("int8", scale=2.0**-6)
+
+
+def test_same_key_same_history_and_different_key_differs():
+    prob = problems.Quadratic(32, L=1.0, cond=10.0, grad_noise=0.01)
+    opt = optim.sgdm(0.1, 0.9, scheme="eco", weights=Quantizer("int8", "sr", scale=2.0**-6))
+    a, b = train(prob, opt, 100, key=3), train(prob, opt, 100, key=3)
+    for f in FIELDS:
+        assert_array_equal(a[f], b[f])
+    assert_array_equal(a.params, b.params)
+    c = train(prob, opt, 100, key=4)
+    assert not np.array_equal(a["loss"], c["loss"])
+
+
+def test_records_are_consistent_with_a_manual_loop():
+    prob = problems.Quadratic(16, L=1.0)
+    opt = optim.sgdm(0.05, 0.9, scheme="naive", weights=Quantizer("int8", "sr", scale=2.0**-5))
+    h = train(prob, opt, 30, key=1, log_every=1)
+    # Re-run by hand with the keys train() documents.
+    from ecosim import rng
+    p = prob.init(rng.fold_in(1, "init"))
+    p, s = opt.init(p, key=rng.fold_in(1, "opt"))
+    errors = []
+    for t in range(30):
+        loss, g = prob.loss_and_grad(p, None)
+        assert h["loss"][t] == loss
+        p, s, d = opt.step(p, g, s, diagnostics=True)
+        errors.append(d["e"])
+        assert h["dist2"][t] == pytest.approx(float(np.sum((p - prob.optimum) ** 2)), rel=1e-12)
+        assert h["mean_e2"][t] == pytest.approx(float(np.mean(d["e"] ** 2)), rel=1e-12)
+    sim = error_similarity(errors[-2], errors[-1])
+    assert h["cos_e"][-1] == pytest.approx(sim.cosine, rel=1e-12)
+    assert math.isnan(h["cos_e"][0])  # no previous error at the first step
+    assert_array_equal(h.params, p)
+
+
+def test_log_every_and_last_step_logged():
+    prob = problems.Rosenbrock(4)
+    h = train(prob, optim.sgdm(1e-4, 0.9, scheme="fp"), 25, log_every=10)
+    assert_array_equal(h["step"], [0, 10, 20, 24])
+    assert np.isnan(h["mean_e2"]).all()  # fp has no quantization error
+    assert h.final_loss < h["loss"][0]
+
+
+def test_mlp_with_batches_and_validation():
+    prob = problems.MLP((8, 16, 4), loss="xent", n_train=256, n_val=64, key=0)
+    q = Quantizer("e4m3", "sr", granularity="row")
+    opt = optim.adamw(3e-3, scheme="eco", weights={n: q for n in prob.quantized_names("all")})
+    seen = []
+    h = train(prob, opt, 60, key=0, batch_size=32, log_every=20,
+              callbacks=[lambda t, p, s, rec: seen.append((t, rec["loss"]))])
+    assert [t for t, _ in seen] == [0, 20, 40, 59]
+    assert np.isfinite(h["val_loss"]).all()
+    assert h.final_val_loss == pytest.approx(h["val_loss"][-1])
+    assert h["loss"][-1] < h["loss"][0]
+    assert (h["changed_frac"] > 0).all()
+
+
+def test_initial_params_are_not_mutated():
+    prob = problems.Quadratic(8)
+    p0 = prob.init(0)
+    keep = p0.copy()
+    train(prob, optim.sgdm(0.1, scheme="eco", weights=FIXED), 10, params=p0)
+    assert_array_equal(p0, keep)
+
+
+@pytest.mark.parametrize("kwargs", [dict(steps=0), dict(steps=1.5), dict(steps=5, log_every=0),
+                                    dict(steps=5, key=-1), dict(steps=5, eval_every=0)])
+def test_bad_arguments(kwargs):
+    prob = problems.Quadratic(4)
+    with pytest.raises((ValueError, TypeError)):
+        train(prob, optim.sgdm(0.1, scheme="fp"), **kwargs)
