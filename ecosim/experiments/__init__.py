@@ -24,7 +24,7 @@ from .base import (
 )
 
 # the registered experiments (importing a module registers what it defines)
-from . import grids  # noqa: E402,F401  isort: skip
+from . import floor, grids  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "Cache",
