@@ -129,7 +129,8 @@ def _buffer_bytes(q: Quantizer | None, shape: tuple[int, ...], dtype) -> int:
 def _buffer_bytes_per_param(q: Quantizer | None, dtype, block: int | None) -> float:
     if q is None:
         return float(np.dtype(dtype).itemsize)
-    scales = 0.0 if block is None else _scale_bytes(q, dtype) / block
+    # A fixed scale (a plain cast, e.g. bf16 states) is one number for the whole tensor.
+    scales = 0.0 if block is None or q.fixed else _scale_bytes(q, dtype) / block
     return float(code_bytes(q.fmt)) + scales
 
 
@@ -393,3 +394,33 @@ def model_memory(spec: ModelSpec, optimizer: str = "adamw", scheme: str = "eco",
     base = spec.quantized * per_base + spec.other * fp_other
     return ModelMemory(spec, total, total / spec.total, total / spec.active, base,
                        1.0 - total / base)
+
+
+def markdown_table(block: int = 2048) -> str:
+    """Static bytes per parameter of each configuration, as a markdown table.
+
+    The README's memory table is this, verbatim. ``block`` is the row length used for the
+    row-wise scale column (the ECO paper's FP8 weights have one FP32 scale per row).
+    """
+    rows = [
+        ("AdamW, FP32 master weights (paper baseline)", "adamw", "master", "e4m3", None),
+        ("AdamW, ECO / naive, FP8 weights", "adamw", "eco", "e4m3", None),
+        ("AdamW, eco_exact (stores e_prev)", "adamw", "eco_exact", "e4m3", None),
+        ("AdamW, Kahan (FP8 compensation)", "adamw", "kahan", "e4m3", None),
+        ("AdamW, ECO, FP8 weights, BF16 m and v", "adamw", "eco", "e4m3",
+         {"m": "bf16", "v": "bf16"}),
+        ("AdamW, ECO, FP8 weights, FP8 m, BF16 v", "adamw", "eco", "e4m3",
+         {"m": "e4m3", "v": "bf16"}),
+        ("AdamW, ECO, INT4 weights", "adamw", "eco", "int4", None),
+        ("SGDM, FP32 master weights", "sgdm", "master", "e4m3", None),
+        ("SGDM, ECO, FP8 weights", "sgdm", "eco", "e4m3", None),
+    ]
+    out = ["| configuration | weights | master | m | v | other | total | with row scales |",
+           "|---|---|---|---|---|---|---|---|"]
+    for label, opt, scheme, w, states in rows:
+        m = bytes_per_param(opt, scheme, weights=w, states=states)
+        mb = bytes_per_param(opt, scheme, weights=w, states=states, block=block)
+        other = m.e_prev + m.c
+        out.append(f"| {label} | {m.weights:g} | {m.master:g} | {m.m:g} | {m.v:g} | "
+                   f"{other:g} | **{m.total:g}** | {mb.total:.4f} |")
+    return "\n".join(out)

@@ -3,6 +3,7 @@
 import doctest
 from pathlib import Path
 
+from ecosim import memory
 from ecosim.catalog import markdown_table
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -17,3 +18,7 @@ def test_readme_examples_run():
 
 def test_formats_table_is_the_generated_one():
     assert markdown_table() in README.read_text()
+
+
+def test_memory_table_is_the_generated_one():
+    assert memory.markdown_table() in README.read_text()
