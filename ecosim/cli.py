@@ -70,6 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write the results to this .npz file")
     common(p)
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("readme", help="refresh the README's generated blocks (tables, gallery)",
+                       description="Rewrite the <!-- generated: ... --> blocks of README.md "
+                                   "from the code and from the tables `ecosim figures` wrote.")
+    p.add_argument("--readme", default="README.md", metavar="FILE")
+    p.add_argument("--figures", default="figures", metavar="DIR",
+                   help="where `ecosim figures` wrote its markdown tables")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 if a block is out of date, without writing")
+    p.set_defaults(func=_cmd_readme)
     return parser
 
 
@@ -206,3 +216,16 @@ def _cmd_run(args) -> int:
         path = E.save_results(args.save, run.results)
         print(f"results written to {path}")
     return 0
+
+
+def _cmd_readme(args) -> int:
+    from .readme import refresh
+
+    try:
+        changed = refresh(args.readme, args.figures, check=args.check)
+    except (OSError, ValueError) as exc:
+        raise _UsageError(str(exc)) from exc
+    verb = "out of date" if args.check else "refreshed"
+    print(f"{args.readme}: {len(changed)} block(s) {verb}" + (f": {', '.join(changed)}"
+                                                               if changed else ""))
+    return 1 if (args.check and changed) else 0

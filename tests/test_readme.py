@@ -1,12 +1,14 @@
-"""The README's code runs, and its generated tables equal what the code generates."""
+"""The README's code runs, and its generated blocks equal what the code generates."""
 
 import doctest
 from pathlib import Path
 
 from ecosim import memory
 from ecosim.catalog import markdown_table
+from ecosim.readme import refresh
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
 def test_readme_examples_run():
@@ -16,9 +18,8 @@ def test_readme_examples_run():
     assert result.failed == 0
 
 
-def test_formats_table_is_the_generated_one():
-    assert markdown_table() in README.read_text()
-
-
-def test_memory_table_is_the_generated_one():
-    assert memory.markdown_table() in README.read_text()
+def test_generated_blocks_are_up_to_date():
+    # formats and memory tables, the gallery, and the tables `ecosim figures` wrote
+    assert refresh(README, ROOT / "figures", check=True) == []
+    text = README.read_text()
+    assert markdown_table() in text and memory.markdown_table() in text

@@ -1,0 +1,84 @@
+"""The README's generated blocks: tables and the gallery come from code, never pasted.
+
+A block in README.md looks like::
+
+    <!-- generated: NAME -->
+    ...
+    <!-- end generated -->
+
+:func:`blocks` returns the current text of every block; :func:`refresh` rewrites them in a
+README (``ecosim readme``, run by ``make figures`` after the figures are built). Blocks whose
+source is a file written by ``ecosim figures`` (a ``figures/NAME.md`` table) are taken from that
+file, so the README quotes exactly what the last build measured.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+__all__ = ["blocks", "refresh", "gallery"]
+
+_BLOCK = re.compile(r"(<!-- generated: (?P<name>[^>]+?) -->\n)(?P<body>.*?)(<!-- end generated -->)",
+                    re.S)
+
+
+def gallery() -> str:
+    """Markdown gallery of every registered figure: the committed PNG and its caption."""
+    from .figures import figures
+
+    parts = []
+    for i, (name, spec) in enumerate(figures().items(), 1):
+        parts.append(f"**{i}. `{name}`.** {spec.caption}\n\n![{name}](figures/{name}.png)\n")
+    return "\n".join(parts).rstrip()
+
+
+def _sources(figures_dir: Path) -> dict:
+    from . import memory
+    from .catalog import markdown_table
+
+    src = {
+        "ecosim.catalog.markdown_table()": markdown_table,
+        "ecosim.memory.markdown_table()": memory.markdown_table,
+        "ecosim.readme.gallery()": gallery,
+    }
+    for md in sorted(figures_dir.glob("*.md")):
+        src[f"figures/{md.name}"] = (lambda p=md: p.read_text().rstrip())
+    return src
+
+
+def blocks(figures_dir: str | Path = "figures") -> dict[str, str]:
+    """The text each known block should have (files under ``figures_dir`` included)."""
+    return {name: fn() for name, fn in _sources(Path(figures_dir)).items()}
+
+
+def refresh(readme: str | Path = "README.md", figures_dir: str | Path = "figures", *,
+            check: bool = False) -> list[str]:
+    """Rewrite the generated blocks of ``readme``; returns the names of blocks that changed.
+
+    Args:
+        readme: the README path.
+        figures_dir: where ``ecosim figures`` wrote its markdown tables.
+        check: only report, do not write.
+
+    Raises:
+        ValueError: a block names a source that does not exist.
+    """
+    path = Path(readme)
+    text = path.read_text()
+    want = blocks(figures_dir)
+    changed = []
+
+    def sub(m: re.Match) -> str:
+        name = m.group("name").strip()
+        if name not in want:
+            raise ValueError(f"README block {name!r} has no source; known: {sorted(want)}")
+        body = want[name] + "\n"
+        if body != m.group("body"):
+            changed.append(name)
+        return m.group(1) + body + m.group(4)
+
+    new = _BLOCK.sub(sub, text)
+    if changed and not check:
+        path.write_text(new)
+    return changed
