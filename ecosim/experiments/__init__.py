@@ -25,6 +25,8 @@ from .base import (
 
 # the registered experiments (importing a module registers what it defines)
 from . import floor, grids  # noqa: E402,F401  isort: skip
+from . import noise_floor, beta_factor, naive_decay  # noqa: E402,F401  isort: skip
+from . import rtn_stall, error_similarity  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "Cache",

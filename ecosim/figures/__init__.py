@@ -18,6 +18,8 @@ from .base import (
 
 # the registered figures, in gallery order (importing a module registers what it defines)
 from . import grids  # noqa: E402,F401  isort: skip
+from . import noise_floor, beta_factor, naive_decay  # noqa: E402,F401  isort: skip
+from . import rtn_stall, error_similarity  # noqa: E402,F401  isort: skip
 
 __all__ = ["BuildReport", "FigureReport", "FigureSpec", "build", "figure", "figures", "get",
            "git_revision", "style", "table_csv"]
