@@ -12,6 +12,8 @@ figure ``NAME``, into the output directory:
   rerun with the same matplotlib writes the same bytes);
 * ``NAME.TABLE.csv`` for each table (shortest round-trip float formatting: byte-identical
   on rerun, exact on reading back);
+* ``NAME.md`` when the function also returns markdown (a generated table that the README
+  quotes through ``ecosim readme``);
 * ``NAME.json``: caption, resolved configs with their cache digests, ecosim, NumPy,
   matplotlib and ml_dtypes versions, and the git revision of the source (None outside a
   git checkout).
@@ -64,7 +66,8 @@ def figure(name: str, *, experiments: Sequence[str], caption: str):
     """Register a plotting function as figure ``name`` (decorator; returns it unchanged).
 
     The function is called as ``fn(**{experiment: Run})`` and returns
-    ``(matplotlib Figure, {table: {column: 1-D array}})``.
+    ``(matplotlib Figure, {table: {column: 1-D array}})``, or with a third element, a markdown
+    string written to ``NAME.md``.
 
     Example (in a module of ``ecosim/figures/``, imported by its ``__init__``)::
 
@@ -263,9 +266,13 @@ def _build_one(spec: FigureSpec, runs: Mapping[str, _exp.Run], out: Path,
     blobs: dict[str, bytes] = {}
     with style.context():
         result = spec.fn(**{e: runs[e] for e in spec.experiments})
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise TypeError(f"figure {spec.name!r} must return (Figure, tables)")
-        fig, tables = result
+        if not (isinstance(result, tuple) and len(result) in (2, 3)):
+            raise TypeError(f"figure {spec.name!r} must return (Figure, tables[, markdown])")
+        fig, tables = result[:2]
+        if len(result) == 3:  # a generated markdown table (the README quotes it)
+            if not isinstance(result[2], str):
+                raise TypeError(f"figure {spec.name!r}: markdown must be a str")
+            blobs[f"{spec.name}.md"] = (result[2].rstrip() + "\n").encode()
         dpi = style.SMOKE_DPI if smoke else style.DPI
         for ext, kwargs in (("png", {"dpi": dpi, "metadata": {"Software": None}}),
                             ("pdf", {"metadata": {"CreationDate": None}})):
