@@ -162,10 +162,12 @@ class Quantizer:
         a = np.abs(xb.astype(dt, copy=False))
         if self.scale == "absmean":
             s = a.mean(axis=axes, keepdims=True, dtype=np.float64).astype(dt)
+            zero = s == 0
         else:
             amax = a.max(axis=axes, keepdims=True, initial=0.0)
             s = amax / dt.type(self.rho) if self.scale == "absmax" else self._pow2(amax)
-        return np.where(s > 0, s, dt.type(1.0)).astype(dt)
+            zero = amax == 0
+        return np.where(zero, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
 
     def _pow2(self, amax: np.ndarray) -> np.ndarray:
         """Power-of-two scales (exact: frexp/ldexp), clamped to E8M0's range."""
@@ -259,10 +261,17 @@ class Quantizer:
 
 
 def _dequantize(codes: np.ndarray, s: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``s * code`` rounded once in ``dtype`` (half types: an exact float64 product first)."""
+    """``s * code`` rounded once in ``dtype``.
+
+    Half types: the float64 product is exact (24 x 24 bits) and is rounded once, correctly,
+    onto the half grid by :func:`quantize` (an ml_dtypes cast from float64 would go through
+    float32 and could round twice); the cast of the on-grid result is then exact.
+    """
     if dtype in (np.float32, np.float64):
         return codes * s
-    return (codes.astype(np.float64) * s).astype(dtype)
+    prod = codes.astype(np.float64) * s
+    half = "bfloat16" if dtype.name == "bfloat16" else "float16"
+    return quantize(prod, half, saturate=False).astype(dtype)
 
 
 def _check_float(x) -> np.ndarray:

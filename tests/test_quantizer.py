@@ -157,3 +157,23 @@ def test_given_scales_define_the_grid():
         q(W, scales=s[:3])
     with pytest.raises(ValueError, match="positive"):
         q(W, scales=np.zeros_like(s))
+
+
+@pytest.mark.parametrize("pow2", ["floor", "ceil", "even"])
+def test_zero_blocks_get_scale_one_under_every_rule(pow2):
+    x = np.zeros((2, 4), np.float32)
+    x[1] = [1, 2, 3, 4]
+    q = Quantizer("e4m3", granularity="row", scale="absmax_pow2", pow2=pow2)
+    assert q.scales(x)[0, 0] == 1.0
+    assert_array_equal(q(x)[0], 0.0)
+
+
+def test_bfloat16_dequantization_rounds_once():
+    # codes * scale needs up to 24 + 4 bits; the product must be rounded once onto bf16.
+    import ml_dtypes
+    x = np.random.default_rng(3).standard_normal((64, 64)).astype(ml_dtypes.bfloat16)
+    q = Quantizer("e4m3", granularity="row")
+    out = q(x)
+    c = quantize(x.astype(np.float32) / q.scales(x), "e4m3")
+    exact = c.astype(np.float64) * q.scales(x).astype(np.float64)
+    assert_array_equal(out.astype(np.float64), quantize(exact, "bf16"))

@@ -1,0 +1,24 @@
+"""Optional torch backend: the NumPy core's mirrors, bit-identical, on any torch device.
+
+Imported lazily (``import ecosim.torch``); nothing else in ecosim needs torch. Install it with
+the ``torch`` extra (``pip install -e '.[torch]'`` or ``make torch``).
+
+Public names:
+    quantize: :func:`ecosim.quantize` for tensors (RTN and SR on every format, same bits).
+    Quantizer, Encoded: :class:`ecosim.Quantizer` for tensors, with codes stored in real torch
+        low-precision dtypes (``torch.float8_e4m3fn`` ..., int8, packed uint8).
+    random_bits: :func:`ecosim.rng.random_bits` as an int64 tensor of 32-bit words.
+    fold_in, split_key: key derivation, shared with :mod:`ecosim.rng`.
+"""
+
+try:
+    import torch  # noqa: F401
+except ImportError as err:  # pragma: no cover - exercised only without torch
+    raise ImportError("ecosim.torch needs torch: pip install -e '.[torch]' (or `make torch`)"
+                      ) from err
+
+from .quantizer import Encoded, Quantizer
+from .rng import fold_in, random_bits, split_key
+from .rounding import MODES, quantize
+
+__all__ = ["Encoded", "MODES", "Quantizer", "fold_in", "quantize", "random_bits", "split_key"]

@@ -1,0 +1,654 @@
+"""Torch mirror of :class:`ecosim.Quantizer`: scaled quantization with real torch storage.
+
+:class:`Quantizer` takes the NumPy class's configuration (and its validation) and maps tensors
+to dequantized values, or to :class:`Encoded` codes in real low-precision torch storage
+(``torch.float8_e4m3fn`` ..., int8, packed uint8) and back, on any device. On the CPU every
+output equals the NumPy quantizer's bit for bit:
+
+- scales: the same float operations (an absmax divided by ``rho`` in the input's float type;
+  power-of-two scales from exponent bits, not logarithms);
+- absmean: a mean in float64 *summed in NumPy's order* (pairwise summation with 8-way
+  unrolled leaves of at most 128 values along a contiguous block; buffers of
+  ``numpy.getbufsize()`` values, summed one after another, when float32 is widened; a plain
+  running sum over the leading axes for column blocks), because a float64 mean rounded
+  differently would change the last bit of a scale;
+- dequantization ``s * code`` rounded once in the input's float type, with NumPy's rules for
+  half types (the exact float64 product rounded once onto the half grid) and NumPy's NaN
+  propagation (the code's NaN, not the device's).
+
+Codes are written as integers and reinterpreted, never produced by torch's float8 casts (which
+saturate E4M3 overflow to 448 where ml_dtypes gives NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from .. import quantizer as _np_quantizer
+from ..formats import Format, get
+from ..rounding import _F32, _F64
+from .rng import chunk_size
+from .rounding import _as_tensor, from_work_bits, pow2_bits, quantize, to_work_bits
+
+__all__ = ["Quantizer", "Encoded"]
+
+# Torch dtypes holding one code of a format, where torch has them (else raw uint8 codes).
+_STORAGE = {name: getattr(torch, name) for name in
+            ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+            if hasattr(torch, name)}
+_STORAGE.update({"bfloat16": torch.bfloat16, "float16": torch.float16})
+_E8M0 = getattr(torch, "float8_e8m0fnu", None)
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Codes in real low-precision torch storage plus their scales.
+
+    Attributes:
+        codes: one element per value for formats of 5 to 16 bits: ``torch.float8_e4m3fn``,
+            ``float8_e5m2``, ``float8_e4m3fnuz``, ``float8_e5m2fnuz``, ``bfloat16``,
+            ``float16``, ``int8``; raw uint8 codes for the 8- and 6-bit formats torch has no
+            dtype for (``float8_e4m3``, ``float8_e3m4``, ``float8_e4m3b11fnuz``, FP6); raw
+            codes in int16/int32/int64 (same bits) for wider custom formats; or uint8 bytes
+            holding two 4-bit (or four 2-bit) codes, low end first, for int4, FP4, int2 and
+            ternary.
+        scales: one per block, shaped to broadcast against the blocked values; float32/float64,
+            or ``torch.float8_e8m0fnu`` (one byte, uint8 where torch lacks it) for
+            power-of-two scales.
+        shape, dtype: of the original tensor.
+        packed_bits: bits per packed code (0 when not packed).
+    """
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    shape: tuple
+    dtype: torch.dtype
+    packed_bits: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes actually held: codes plus scales."""
+        return int(self.codes.nbytes + self.scales.nbytes)
+
+
+@dataclass(frozen=True)
+class Quantizer:
+    """A scaled quantizer ``q(x) = fl(s * Q(x / s))`` on torch tensors.
+
+    The arguments, their checks and the semantics are those of :class:`ecosim.Quantizer`
+    (granularity ``"tensor"``/``"row"``/``"column"``/group size; scale ``"absmax"``,
+    ``"absmax_pow2"`` with ``pow2`` ``"floor"``/``"ceil"``/``"even"``, ``"absmean"`` or a fixed
+    float; ``mode``, ``nbits``, ``saturate``); only the arrays are tensors, on any device. SR
+    bits from ``key=`` are consumed in ``x``'s C order, as in NumPy, so both backends draw the
+    same bits; ``rbits=`` is an integer tensor of ``x``'s shape.
+
+    Bit-exactness with NumPy holds for C-contiguous NumPy input (absmean sums in NumPy's
+    order for that layout).
+
+    Example:
+        >>> import torch
+        >>> q = Quantizer("int4", granularity="row")
+        >>> q(torch.tensor([[0.7, -0.35], [7.0, 1.4]]))
+        tensor([[ 0.7000, -0.4000],
+                [ 7.0000,  1.0000]])
+        >>> enc = q.encode(torch.linspace(-1, 1, 32).reshape(4, 8))  # two codes per byte
+        >>> enc.codes.dtype, enc.codes.nbytes, enc.nbytes
+        (torch.uint8, 16, 32)
+        >>> q8 = Quantizer("e4m3", granularity="row").encode(torch.ones(4, 8))
+        >>> q8.codes.dtype, q8.nbytes                # one byte per weight + a scale per row
+        (torch.float8_e4m3fn, 48)
+    """
+
+    fmt: Format | str
+    mode: str = "rtn"
+    granularity: str | int = "tensor"
+    scale: str | float = "absmax"
+    pow2: str = "floor"
+    nbits: int = 32
+    saturate: bool = True
+
+    def __post_init__(self):
+        # The NumPy quantizer with the same arguments validates them (same errors) and
+        # supplies the shared, array-agnostic parts (blocks, rho).
+        twin = _np_quantizer.Quantizer(self.fmt, self.mode, self.granularity, self.scale,
+                                       self.pow2, self.nbits, self.saturate)
+        object.__setattr__(self, "fmt", twin.fmt)
+
+    @property
+    def fixed(self) -> bool:
+        """True when the scale is a fixed number (a fixed grid)."""
+        return not isinstance(self.scale, str)
+
+    @property
+    def rho(self) -> float:
+        """The grid value that a block's absmax maps to."""
+        return self.fmt.max
+
+    def _blocked(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+        """``x`` reshaped so that each block is reduced over the returned axes (as NumPy)."""
+        return _np_quantizer.Quantizer._blocked(self, x)
+
+    # -- blocks and scales --------------------------------------------------------------------
+    def scales(self, x) -> torch.Tensor:
+        """The scale of each block of ``x`` (shaped to broadcast against the blocked tensor)."""
+        x = _check_float(x)
+        xb, axes = self._blocked(x)
+        return self._scales(xb, axes)
+
+    @staticmethod
+    def _scales_dtype(xb: torch.Tensor) -> torch.dtype:
+        return xb.dtype if xb.dtype in (torch.float32, torch.float64) else torch.float32
+
+    def _scale_shape(self, xb: torch.Tensor, axes: tuple) -> tuple:
+        if self.fixed:
+            return (1,) * xb.ndim
+        return tuple(1 if i in axes else d for i, d in enumerate(xb.shape))
+
+    def _scales(self, xb: torch.Tensor, axes: tuple) -> torch.Tensor:
+        dt = self._scales_dtype(xb)
+        if self.fixed:
+            return torch.full((1,) * xb.ndim, self.scale, dtype=dt, device=xb.device)
+        bad = ~torch.isfinite(xb)
+        if bool(bad.any()):
+            raise ValueError(f"input has {int(bad.sum())} non-finite values; a data-dependent "
+                             "scale is undefined (check gradients/updates for inf/NaN)")
+        a = xb.to(dt).abs()
+        if self.scale == "absmean":
+            s = _numpy_mean(a, axes).to(dt)
+        else:
+            if a.numel() == 0:
+                amax = a.new_zeros(self._scale_shape(xb, axes))
+            elif axes:
+                amax = a.amax(dim=axes, keepdim=True)
+            else:
+                amax = a
+            if self.scale == "absmax":
+                s = amax / torch.tensor(self.rho, dtype=dt)  # rho rounded to dt, as NumPy's
+            else:
+                s = self._pow2(amax)
+            return torch.where(amax == 0, torch.ones((), dtype=dt, device=s.device), s)
+        return torch.where(s > 0, s, torch.ones((), dtype=dt, device=s.device))
+
+    def _pow2(self, amax: torch.Tensor) -> torch.Tensor:
+        """Power-of-two scales from exponent bits (NumPy: frexp/ldexp), clamped to E8M0's range."""
+        if self.pow2 == "floor":  # OCP MX: 2**(floor(log2 amax) - emax)
+            e = _frexp(amax)[1] - 1 - self.fmt.emax
+        elif self.pow2 == "ceil":
+            pow2, e = _frexp(amax / torch.tensor(self.rho, dtype=amax.dtype))
+            e = e - pow2.to(torch.int64)  # amax/rho = m * 2**e, m == 0.5 exactly
+        else:
+            e8 = get("e8m0").replace(ties="even", name="e8m0_even")
+            r = torch.clamp(amax.to(torch.float64) / self.rho, min=2.0**-127)
+            e = _frexp(quantize(r, e8))[1] - 1
+        e = e.clamp(-127, 127)
+        src = _F64 if amax.dtype == torch.float64 else _F32
+        bits = pow2_bits(torch.ones_like(e), e, src)
+        return (bits if src is _F64 else bits.to(torch.int32)).view(amax.dtype)
+
+    # -- the quantizer ------------------------------------------------------------------------
+    def _codes(self, x, key, rbits, scales=None):
+        x = _check_float(x)
+        xb, axes = self._blocked(x)
+        if scales is None:
+            s = self._scales(xb, axes)
+        else:
+            s = _as_float_tensor(scales).to(device=xb.device, dtype=self._scales_dtype(xb))
+            want = self._scale_shape(xb, axes)
+            if tuple(s.shape) != want:
+                raise ValueError(f"scales must have shape {want} (one per block), got "
+                                 f"{tuple(s.shape)}")
+            if not bool((torch.isfinite(s) & (s > 0)).all()):
+                raise ValueError("scales must be positive and finite")
+        # Half inputs are scaled in float32, widened through their bits: torch's own cast
+        # turns every float16 NaN into 0x7FFFFFFF, NumPy keeps sign and payload.
+        xw = xb if xb.dtype == s.dtype else to_work_bits(xb).view(torch.float32).reshape(xb.shape)
+        y = xw.to(s.dtype) / s
+        rb = None
+        if rbits is not None:
+            rb = rbits if isinstance(rbits, torch.Tensor) else torch.from_numpy(
+                np.ascontiguousarray(rbits))
+            rb = rb.reshape(xb.shape)
+        if self.mode == "sr":
+            c = quantize(y, self.fmt, "sr", rbits=rb, key=key, nbits=self.nbits,
+                         saturate=self.saturate)
+        else:
+            if key is not None or rbits is not None:
+                raise ValueError("key/rbits are for mode='sr'")
+            c = quantize(y, self.fmt, "rtn", saturate=self.saturate)
+        return x, c, s
+
+    @property
+    def _may_nan(self) -> bool:
+        """Whether codes can be NaN: fixed scales pass NaN input through, and saturate=False
+        turns overflow (a clipped top binade) into NaN."""
+        return self.fixed or not self.saturate
+
+    def __call__(self, x, *, key=None, rbits=None, scales=None) -> torch.Tensor:
+        """Dequantized values ``fl(s * Q(x / s))``, same shape, dtype and device as ``x``.
+
+        Args:
+            x: float tensor.
+            key, rbits: randomness for ``mode="sr"`` (see :func:`ecosim.torch.quantize`).
+            scales: use these scales (e.g. ``q.scales(previous_weights)``) instead of
+                computing them from ``x``; shaped as :meth:`scales` returns them.
+        """
+        x, c, s = self._codes(x, key, rbits, scales)
+        return _dequantize(c, s, x.dtype, self._may_nan).reshape(x.shape)
+
+    def encode(self, x, *, key=None, rbits=None, scales=None) -> Encoded:
+        """Quantize and store: codes in real low-precision torch storage, plus scales."""
+        x, c, s = self._codes(x, key, rbits, scales)
+        fmt = self.fmt
+        packed = 0
+        if fmt.bits <= 4:
+            packed = 4 if fmt.bits > 2 else 2
+            codes = pack(encode_bits(c, fmt, check=False), packed)
+        elif not fmt.is_float:
+            codes = encode_bits(c, fmt, check=False)
+            codes = c.to(torch.int8) if fmt.dtype_name == "int8" else _raw_storage(codes, fmt)
+        else:
+            codes = _raw_storage(encode_bits(c, fmt, check=False), fmt)
+            if fmt.dtype_name in _STORAGE:
+                codes = codes.view(_STORAGE[fmt.dtype_name])
+        if self.scale == "absmax_pow2":
+            # Exact: powers of two in E8M0's range.
+            e8 = encode_bits(s, get("e8m0"), check=False).to(torch.uint8)
+            s = e8.view(_E8M0) if _E8M0 is not None else e8
+        return Encoded(codes=codes, scales=s, shape=tuple(x.shape), dtype=x.dtype,
+                       packed_bits=packed)
+
+    def decode(self, enc: Encoded) -> torch.Tensor:
+        """Inverse of :meth:`encode`: exactly the values that :meth:`__call__` returns."""
+        fmt = self.fmt
+        n = math.prod(enc.shape)
+        work = enc.dtype if enc.dtype in (torch.float32, torch.float64) else torch.float32
+        if enc.packed_bits:
+            raw = unpack(enc.codes, enc.packed_bits, n)
+        elif fmt.dtype_name == "int8":
+            raw = enc.codes.to(torch.int64) & 0xFF
+        else:
+            raw = _raw_codes(enc.codes, fmt)
+        vals = decode_bits(raw, fmt, work)
+        if enc.scales.dtype in (torch.uint8, _E8M0):
+            s = decode_bits(_raw_codes(enc.scales, get("e8m0")), get("e8m0"), work)
+            s = s.reshape(enc.scales.shape)
+        else:
+            s = enc.scales.to(work)
+        blocked_shape = self._blocked(torch.empty(enc.shape, dtype=torch.bool, device="meta"))[0]
+        c = vals.reshape(blocked_shape.shape)
+        return _dequantize(c, s, enc.dtype, True).reshape(enc.shape)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def _check_float(x) -> torch.Tensor:
+    x = _as_float_tensor(x)
+    if not x.is_floating_point() or x.dtype not in (torch.float16, torch.bfloat16,
+                                                    torch.float32, torch.float64):
+        raise TypeError(f"expected a floating-point tensor, got dtype {x.dtype}")
+    return x
+
+
+def _as_float_tensor(x) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x
+    return _as_tensor(x)
+
+
+def _frexp(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mantissa == 0.5, exponent) of NumPy's ``frexp`` for finite ``v >= 0``, from its bits.
+
+    ``v = m * 2**e`` with ``m`` in [0.5, 1); zero gives ``(False, 0)``.
+    """
+    src = _F64 if v.dtype == torch.float64 else _F32
+    S = src.mant
+    a = to_work_bits(v).to(torch.int64) & ((1 << (63 if S == 52 else 31)) - 1)
+    E = a >> S
+    m = a & ((1 << S) - 1)
+    msafe = m.clamp(min=1)
+    lg = (msafe.to(torch.float64).view(torch.int64) >> 52) - 1023  # floor(log2 m), exact
+    e = torch.where(E > 0, E - src.bias + 1, lg + (src.emin - S) + 1)
+    e = torch.where(a == 0, 0, e)
+    pow2 = torch.where(E > 0, m == 0, (m & (m - 1)) == 0) & (a != 0)
+    return pow2.reshape(v.shape), e.reshape(v.shape)
+
+
+def _dequantize(c: torch.Tensor, s: torch.Tensor, dtype: torch.dtype, may_nan: bool):
+    """``s * code`` rounded once in ``dtype``, as NumPy computes it, NaN codes included.
+
+    NumPy's product of a NaN code returns that NaN (quieted, sign kept); devices differ, so NaN
+    lanes are taken from the code when codes may be NaN.
+    """
+    if dtype in (torch.float32, torch.float64):
+        out = c * s
+        return torch.where(torch.isnan(c), c, out) if may_nan else out
+    # Half types: the exact float64 product rounded once onto the half grid, as NumPy does.
+    prod = c.to(torch.float64) * s.to(torch.float64)  # exact: 24 x 24 bits
+    half = "float16" if dtype == torch.float16 else "bfloat16"
+    q = quantize(prod, half, saturate=False).to(torch.float32)  # exact: on the half grid
+    bits = to_work_bits(q)
+    if may_nan:
+        bits = torch.where(torch.isnan(c).reshape(-1), to_work_bits(c.to(torch.float32)), bits)
+    return from_work_bits(bits, dtype).reshape(c.shape)
+
+
+# -- codes -------------------------------------------------------------------------------------
+
+def _src_of(t: torch.Tensor):
+    return _F64 if t.dtype == torch.float64 else _F32
+
+
+def encode_bits(values: torch.Tensor, fmt: Format, *, check: bool = True) -> torch.Tensor:
+    """int64 raw codes of on-grid values (:func:`ecosim.formats.encode_bits` for tensors).
+
+    NaN maps to the format's NaN code (keeping the sign where the format has two), +-inf to
+    the inf codes. Values off the grid raise ValueError (quantize them first); ``check=False``
+    skips that round trip for values that come from :func:`~ecosim.torch.quantize` (only a
+    NaN where the format has none is still refused).
+    """
+    v = values.reshape(-1)
+    if v.dtype not in (torch.float32, torch.float64):
+        v = v.to(torch.float32)
+    out = torch.empty(v.shape, dtype=torch.int64, device=v.device)
+    for lo, hi in _chunks(v):
+        out[lo:hi] = _encode_chunk(v[lo:hi], fmt, check)
+    return out.reshape(values.shape)
+
+
+def _chunks(t: torch.Tensor):
+    """``(lo, hi)`` ranges as :func:`ecosim.torch.rng.chunk_size` cuts them (cache-sized on the
+    CPU, where full-size int64 temporaries are memory-bound; one range elsewhere)."""
+    n = t.numel()
+    step = chunk_size(t.device, n)
+    return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+
+
+def _encode_chunk(v: torch.Tensor, fmt: Format, check: bool) -> torch.Tensor:
+    if not fmt.is_float:
+        if bool(torch.isnan(v).any()):
+            raise ValueError(f"{fmt.name} has no NaN code")
+        iv = v.to(torch.int64)
+        if check:
+            ok = (iv.to(v.dtype) == v) & (iv >= fmt.int_min) & (iv <= fmt.int_max)
+            if not bool(ok.all()):
+                raise ValueError(f"values are not on the {fmt.name} grid; quantize them first")
+        return iv & ((1 << fmt.storage_bits) - 1)
+    src = _src_of(v)
+    S, E, M = src.mant, fmt.exponent_bits, fmt.mantissa_bits
+    b = to_work_bits(v).to(torch.int64)
+    a = b & ((1 << (63 if S == 52 else 31)) - 1)
+    neg = (b < 0) if fmt.signed else torch.zeros_like(b, dtype=torch.bool)
+    expw = a >> S
+    m = a & ((1 << S) - 1)
+    normal_w = expw > 0
+    sig = torch.where(normal_w, m | (1 << S), m)
+    ex = torch.where(normal_w, expw - (src.bias + S), src.emin - S)  # |v| = sig * 2**ex
+    lg = (sig.clamp(min=1).to(torch.float64).view(torch.int64) >> 52) - 1023
+    e = lg + ex  # floor(log2 |v|)
+    finite = expw < (1 << (11 if S == 52 else 8)) - 1
+    normal = (e >= fmt.emin) & finite & (a != 0)
+    # Normal codes: M bits below the leading one; subnormal ones: units of 2**(emin - M).
+    k = torch.where(normal, M - lg, ex - (fmt.emin - M))
+    shifted = torch.where(k >= 0, sig << k.clamp(0, 62), sig >> (-k).clamp(0, 62))
+    mant = torch.where(normal, shifted - (1 << M), shifted)
+    mant = torch.where(finite, mant, 0)
+    expf = torch.where(normal, e + fmt.bias, 0)
+    code = (neg.to(torch.int64) << (E + M)) | (expf << M) | mant
+    if fmt.nan == "fnuz":
+        code = torch.where(a == 0, 0, code)  # no negative zero
+    isnan = torch.isnan(v)
+    signpart = neg.to(torch.int64) << (E + M)
+    if fmt.nan == "ieee":
+        code = torch.where(isnan, signpart | (((1 << E) - 1) << M) | (1 << (M - 1)), code)
+        code = torch.where(torch.isinf(v), signpart | (((1 << E) - 1) << M), code)
+    elif fmt.nan == "fn":
+        code = torch.where(isnan, signpart | ((1 << (E + M)) - 1), code)
+    elif fmt.nan == "fnuz":
+        code = torch.where(isnan, 1 << (E + M), code)
+    if fmt.storage_bits < 64:
+        code &= (1 << fmt.storage_bits) - 1  # off-grid garbage is caught below
+    if not check:
+        if fmt.nan == "none" and bool(isnan.any()):
+            raise ValueError(f"values [nan] are not on the {fmt.name} grid; quantize first")
+        return code
+    back = _decode_chunk(code, fmt, v.dtype)
+    ok = (back == v) | (torch.isnan(back) & isnan)
+    if fmt.nan == "fnuz":
+        ok |= (v == 0) & (back == 0)
+    if not bool(ok.all()):
+        bad = v[~ok][:3].tolist()
+        raise ValueError(f"values {bad} are not on the {fmt.name} grid; quantize first")
+    return code
+
+
+def decode_bits(codes: torch.Tensor, fmt: Format, dtype: torch.dtype) -> torch.Tensor:
+    """Values of raw integer codes as ``dtype`` (float32 or float64), exactly as NumPy's
+    :func:`ecosim.formats.decode_bits` followed by a cast: NaN codes give the positive quiet
+    NaN, invalid integer codes NaN."""
+    c = codes.reshape(-1)
+    out = torch.empty(c.shape, dtype=dtype, device=c.device)
+    for lo, hi in _chunks(c):
+        out[lo:hi] = _decode_chunk(c[lo:hi], fmt, dtype)
+    return out.reshape(codes.shape)
+
+
+def _decode_chunk(c: torch.Tensor, fmt: Format, dtype: torch.dtype) -> torch.Tensor:
+    c = c.to(torch.int64)
+    src = _F64 if dtype == torch.float64 else _F32
+    qnan = (0x7FF8 << 48) if src is _F64 else 0x7FC00000
+    if not fmt.is_float:
+        nb = fmt.storage_bits
+        v = torch.where(c >= 1 << (nb - 1), c - (1 << nb), c)
+        out = v.to(dtype)
+        bad = (v < fmt.int_min) | (v > fmt.int_max)
+        return torch.where(bad, torch.full_like(out, math.nan), out)
+    E, M = fmt.exponent_bits, fmt.mantissa_bits
+    mant = c & ((1 << M) - 1)
+    expf = (c >> M) & ((1 << E) - 1)
+    neg = ((c >> (E + M)) & 1) == 1 if fmt.signed else torch.zeros_like(c, dtype=torch.bool)
+    if fmt.has_zero:
+        normal = expf > 0
+        sub = mant if fmt.subnormals else torch.zeros_like(mant)
+        sig = torch.where(normal, mant | (1 << M), sub)
+        ex = torch.where(normal, expf - fmt.bias - M, fmt.emin - M)
+    else:
+        sig = mant | (1 << M)
+        ex = expf - fmt.bias - M
+    bits = pow2_bits(sig, ex, src)
+    sign = -(1 << 63) if src is _F64 else -(1 << 31)
+    bits = torch.where(neg, bits | sign, bits)
+    allones = expf == (1 << E) - 1
+    if fmt.nan == "ieee":
+        infbits = ((1 << 11) - 1) << 52 if src is _F64 else 0x7F800000
+        bits = torch.where(allones & (mant == 0), torch.where(neg, infbits | sign, infbits), bits)
+        nan = allones & (mant != 0)
+    elif fmt.nan == "fn":
+        nan = allones & (mant == (1 << M) - 1)
+    elif fmt.nan == "fnuz":
+        nan = neg & (expf == 0) & (mant == 0)
+    else:
+        nan = torch.zeros_like(neg)
+    bits = torch.where(nan, qnan, bits)
+    if src is _F32:
+        bits = bits.to(torch.int32)
+    return bits.view(dtype)
+
+
+def _raw_storage(codes: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """Raw int64 codes in the narrowest torch integer of the format's width (same bits)."""
+    nbytes = np.dtype(fmt.code_dtype).itemsize
+    if nbytes == 1:
+        return codes.to(torch.uint8)
+    dt = {2: torch.int16, 4: torch.int32, 8: torch.int64}[nbytes]
+    half = 1 << (8 * nbytes - 1)
+    return torch.where(codes >= half, codes - 2 * half, codes).to(dt) if nbytes < 8 else codes
+
+
+def _raw_codes(stored: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """int64 raw codes of storage written by :func:`_raw_storage` (or a torch float8 view)."""
+    if stored.element_size() == 1:
+        return stored.view(torch.uint8).to(torch.int64)
+    int_dt = {2: torch.int16, 4: torch.int32, 8: torch.int64}[stored.element_size()]
+    raw = stored.view(int_dt).to(torch.int64)
+    return raw if int_dt == torch.int64 else raw & ((1 << (8 * stored.element_size())) - 1)
+
+
+def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """Pack unsigned codes of 1, 2 or 4 bits into uint8 bytes, low end first (flattened)."""
+    if bits not in (1, 2, 4):
+        raise ValueError(f"pack handles 1, 2 or 4 bits per code, got {bits}")
+    per = 8 // bits
+    c = codes.reshape(-1).to(torch.uint8)
+    pad = (-c.numel()) % per
+    if pad:
+        c = torch.cat([c, c.new_zeros(pad)])
+    c = c.reshape(-1, per)
+    out = c[:, 0].clone()
+    for j in range(1, per):
+        out |= c[:, j] << (j * bits)
+    return out
+
+
+def unpack(packed: torch.Tensor, bits: int, size: int) -> torch.Tensor:
+    """Inverse of :func:`pack`: the first ``size`` codes as int64."""
+    if bits not in (1, 2, 4):
+        raise ValueError(f"unpack handles 1, 2 or 4 bits per code, got {bits}")
+    per = 8 // bits
+    p = packed.reshape(-1).to(torch.int64)
+    shifts = torch.arange(per, device=p.device) * bits
+    return ((p[:, None] >> shifts) & ((1 << bits) - 1)).reshape(-1)[:size]
+
+
+# -- NumPy-order float64 mean (absmean) ------------------------------------------------------
+
+_PW_BLOCK = 128  # numpy's PW_BLOCKSIZE
+
+
+def _numpy_mean(a: torch.Tensor, axes: tuple) -> torch.Tensor:
+    """``np.mean(a, axis=axes, keepdims=True, dtype=np.float64)`` with NumPy's rounding.
+
+    ``a`` is a float32 or float64 tensor (C order), ``axes`` either every axis, the last one,
+    the leading ones, or none; the result is float64.
+    """
+    nd = a.ndim
+    if not axes:
+        return a.to(torch.float64)
+    a = a.contiguous()
+    count = math.prod(a.shape[i] for i in axes)
+    keep = tuple(1 if i in axes else d for i, d in enumerate(a.shape))
+    if axes == tuple(range(nd)) or axes == (nd - 1,) or count == a.numel():
+        # Reduce contiguous blocks (NumPy drops the kept axes of size 1): pairwise, buffered
+        # when float32 is widened.
+        t = a.reshape(-1, count).to(torch.float64)
+        buf = count if a.dtype == torch.float64 else np.getbufsize()
+        s = _buffered_pairwise(t, buf)
+    elif axes == tuple(range(nd - 1)):
+        # Reduce over the leading axes: NumPy adds row after row (the inner loop runs along
+        # the kept, contiguous last axis).
+        t = a.reshape(count, -1)
+        s = torch.zeros(t.shape[1], dtype=torch.float64, device=a.device)
+        for row in t:
+            s = s + row.to(torch.float64)
+    else:  # pragma: no cover - Quantizer never asks for this
+        raise NotImplementedError(f"NumPy-order mean over axes {axes}")
+    return (s / count).reshape(keep)
+
+
+def _buffered_pairwise(t: torch.Tensor, buf: int) -> torch.Tensor:
+    """Row sums of the float64 (B, n) ``t``: pairwise sums of ``buf``-sized pieces, added in
+    order (NumPy's buffered reduction; ``buf >= n`` is plain pairwise summation)."""
+    B, n = t.shape
+    if n == 0:
+        return t.new_zeros(B)
+    buf = max(1, min(buf, n))
+    nfull = n // buf
+    pieces = []
+    if nfull:
+        full = _pairwise(t[:, :nfull * buf].reshape(B * nfull, buf)).reshape(B, nfull)
+        pieces += [full[:, j] for j in range(nfull)]
+    if n % buf:
+        pieces.append(_pairwise(t[:, nfull * buf:]))
+    s = pieces[0]
+    for p in pieces[1:]:
+        s = s + p
+    return s
+
+
+def _pairwise(t: torch.Tensor) -> torch.Tensor:
+    """NumPy's ``pairwise_sum`` of each row of the float64 (B, n) ``t``, vectorized.
+
+    NumPy sums ``n < 8`` values one by one; ``n <= 128`` with eight interleaved accumulators
+    combined as ``((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7))`` plus the remainder one by one; larger
+    ``n`` as the sum of both halves (the first a multiple of 8). The tree depends only on
+    ``n``: its leaves are evaluated together, grouped by length, then its nodes level by level.
+    """
+    B, n = t.shape
+    if n < 8:
+        s = t.new_zeros(B)
+        for i in range(n):
+            s = s + t[:, i]
+        return s
+    leaves, adds = _pairwise_tree(n)
+    vals = t.new_empty(B, len(leaves) + sum(len(level) for level in adds))
+    by_len: dict[int, list] = {}
+    for node, (start, length) in leaves:
+        by_len.setdefault(length, []).append((node, start))
+    for length, items in by_len.items():
+        ids = torch.tensor([i for i, _ in items], device=t.device)
+        starts = torch.tensor([s for _, s in items], device=t.device)
+        # Leaf values laid out (length, B, leaves): each accumulator step is one contiguous op.
+        cols = (torch.arange(length, device=t.device)[:, None] + starts).reshape(-1)
+        seg = t.index_select(1, cols).reshape(B, length, len(items)).transpose(0, 1).contiguous()
+        vals.index_copy_(1, ids, _leaf_sum(seg))
+    # (index_select/index_copy_: advanced indexing is far slower on multi-threaded CPUs.)
+    for level in adds:
+        ids, left, right = (torch.tensor(v, device=t.device) for v in zip(*level))
+        vals.index_copy_(1, ids, vals.index_select(1, left) + vals.index_select(1, right))
+    return vals[:, -1] if adds else vals[:, 0]
+
+
+def _leaf_sum(seg: torch.Tensor) -> torch.Tensor:
+    """NumPy's unrolled pairwise leaf (8 <= length <= 128) over the first axis of ``seg``."""
+    n = seg.shape[0]
+    r = seg[:8].clone()
+    i = 8
+    while i < n - n % 8:
+        r += seg[i:i + 8]
+        i += 8
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    while i < n:
+        res = res + seg[i]
+        i += 1
+    return res
+
+
+@lru_cache(maxsize=64)
+def _pairwise_tree(n: int):
+    """Leaves ``(node, (start, length))`` and, level by level, nodes ``(node, left, right)``."""
+    leaves, nodes = [], []  # nodes: (id, left, right, height)
+    counter = [0]
+
+    def build(start, length):
+        if length <= _PW_BLOCK:
+            node = counter[0]
+            counter[0] += 1
+            leaves.append((node, (start, length)))
+            return node, 0
+        half = length // 2
+        half -= half % 8
+        left, hl = build(start, half)
+        right, hr = build(start + half, length - half)
+        node = counter[0]
+        counter[0] += 1
+        nodes.append((node, left, right, 1 + max(hl, hr)))
+        return node, 1 + max(hl, hr)
+
+    build(0, n)
+    height = max((h for *_, h in nodes), default=0)
+    adds = [[(i, l, r) for i, l, r, h in nodes if h == lev] for lev in range(1, height + 1)]
+    return leaves, adds

@@ -1,0 +1,439 @@
+"""Torch mirror of :func:`ecosim.quantize`: the same RTN and SR, bit for bit, on any device.
+
+The algorithm is :mod:`ecosim.rounding`'s, on the bit pattern of the working float (float32
+for float32/float16/bfloat16 input, float64 for float64): above the format's smallest normal,
+rounding is "add a carry to the kept bits and truncate"; below it, the input is a uniform grid
+point count and is rounded with integer shifts. The plan constants (bit patterns of max, inf,
+the smallest normal) come from the NumPy module itself, so both backends use one set of
+numbers.
+
+Integers, not floats, do the work. The float32 kernel runs in int32 and the float64 one in
+int64, with no overflow anywhere: the magnitude is clamped at the inf pattern before a carry
+is added (``0x7F800000 + (2**23 - 1)`` still fits in int32; a NaN input becomes inf there and
+is restored from its original bits afterwards). The part below the smallest normal works in
+int64 on integer significands, so neither power-of-two scaling of subnormals nor a
+flush-to-zero mode of the device can change a result. Half-precision inputs and outputs are
+converted through bit patterns where torch's own casts differ from NumPy's (NaN payloads and
+signs), and plain casts only where they are exact.
+
+Performance: on the CPU the kernel runs on cache-sized chunks (as NumPy does); elsewhere the
+whole tensor is one chunk. Random bits for ``key=`` come from :mod:`ecosim.torch.rng`, element
+``i`` (C order) using counter ``counter + i``, exactly as in NumPy.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from ..formats import Format, get
+from ..rounding import MODES, _plan, _Plan, _representable, _src_for
+from . import rng as trng
+
+__all__ = ["quantize", "MODES"]
+
+_NP_DTYPE = {
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+    torch.float16: np.dtype(np.float16),
+    torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
+}
+_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16,
+               torch.uint32, torch.uint64)
+_SIGNED_INTS = (torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int = 32, key=None,
+             saturate: bool = True) -> torch.Tensor:
+    """Round ``x`` onto the grid of ``fmt``: :func:`ecosim.quantize` for torch tensors.
+
+    Same arguments, rules and errors as the NumPy function, and the same bits: given the same
+    input values and the same ``rbits`` (or ``key``/counter), the result equals
+    ``ecosim.quantize`` element for element, bit for bit (NaN payloads and signed zeros
+    included), on every format, for RTN and SR, on the CPU and on CUDA.
+
+    Args:
+        x: float16, bfloat16, float32 or float64 tensor on any device (anything else is passed
+            through ``numpy.asarray`` first, so Python floats become float64).
+        fmt: a :class:`~ecosim.formats.Format` or a name (``"e4m3"``, ``"bf16"``, ``"int4"``).
+        mode: ``"rtn"`` (nearest, ties to an even code; E8M0 ties away) or ``"sr"``
+            (the magnitude goes up iff ``r + floor(p * 2**nbits) >= 2**nbits``, with ``r`` the
+            low ``nbits`` of the random word and ``p`` the position between the neighbours).
+        rbits: random bits for SR: an integer tensor (or array) of ``x``'s shape with
+            non-negative values (int64 holding words below 2**32, as
+            :func:`ecosim.torch.rng.random_bits` returns, or any torch integer dtype; only the
+            low ``nbits`` bits are used). Moved to ``x``'s device.
+        nbits: how many low bits of each random word SR uses (1..32).
+        key: instead of ``rbits``: an int, or ``(key, counter)``.
+        saturate: True: finite overflow and infinities clamp to +-max, NaN propagates. False:
+            the format's own rules, as an ``ml_dtypes`` cast of float32 gives them.
+
+    Returns:
+        A tensor of ``x``'s dtype, shape and device, on the grid.
+
+    Example:
+        >>> import torch
+        >>> quantize(torch.tensor([1.0625, 1.1875, 500.0]), "e4m3")
+        tensor([  1.0000,   1.2500, 448.0000])
+    """
+    fmt = get(fmt)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    x = _as_tensor(x)
+    if x.dtype not in _NP_DTYPE:
+        raise TypeError(f"expected a floating-point tensor (float16, bfloat16, float32 or "
+                        f"float64), got dtype {x.dtype}")
+    if not _representable(fmt, _src_for(_NP_DTYPE[x.dtype])):
+        raise ValueError(f"{fmt.name} values are not all representable in {x.dtype}; "
+                         "pass float32 or float64 input")
+    if not fmt.is_float and not saturate:
+        raise ValueError(f"integer format {fmt.name} has no overflow encoding: use saturate=True")
+    sr = mode == "sr"
+    if not isinstance(nbits, int) or isinstance(nbits, bool) or not 1 <= nbits <= 32:
+        raise ValueError(f"nbits must be an int in 1..32, got {nbits!r}")
+    work = np.dtype(np.float64) if x.dtype == torch.float64 else np.dtype(np.float32)
+    plan = _plan(fmt, work, sr, nbits if sr else 32, bool(saturate))
+    bits_src = None
+    if sr:
+        bits_src = _random_source(x, rbits, key)
+    elif rbits is not None or key is not None:
+        raise ValueError("rbits and key are for mode='sr'")
+    b = to_work_bits(x)
+    out = torch.empty_like(b)
+    _run_chunks(plan, b, out, bits_src)
+    return from_work_bits(out, x.dtype).reshape(x.shape)
+
+
+def _as_tensor(x) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x
+    arr = np.asarray(x)
+    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
+        raise TypeError(f"expected a floating-point tensor, got {type(x).__name__} of dtype "
+                        f"{arr.dtype}")
+    if arr.dtype.name == "bfloat16":
+        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(arr).copy())
+
+
+def _random_source(x: torch.Tensor, rbits, key):
+    if (rbits is None) == (key is None):
+        raise ValueError("mode='sr' needs exactly one of rbits= (random bits) or key=")
+    if rbits is not None:
+        rb = rbits
+        if not isinstance(rb, torch.Tensor):
+            arr = np.asarray(rb)
+            if arr.dtype.kind not in "ui":
+                raise TypeError(f"rbits must be an unsigned integer array, got dtype {arr.dtype}")
+            rb = torch.from_numpy(np.ascontiguousarray(arr).copy())
+        if rb.dtype not in _INT_DTYPES:
+            raise TypeError(f"rbits must be an integer tensor, got dtype {rb.dtype}")
+        if tuple(rb.shape) != tuple(x.shape):
+            raise ValueError(f"rbits must have x's shape {tuple(x.shape)}, got {tuple(rb.shape)}")
+        if rb.dtype in _SIGNED_INTS and rb.numel() and bool((rb < 0).any()):
+            raise ValueError("rbits must be non-negative")
+        # uint64 words >= 2**63 wrap to negative int64; only their low nbits are used.
+        return ("bits", rb.to(device=x.device, dtype=torch.int64).reshape(-1))
+    if isinstance(key, tuple):
+        if len(key) != 2:
+            raise ValueError(f"key must be an int or a (key, counter) pair, got {key!r}")
+        k, counter = key
+    else:
+        k, counter = key, 0
+    return ("key", trng.seed_of(k), trng.as_key(counter))
+
+
+def _run_chunks(plan: _Plan, b: torch.Tensor, out: torch.Tensor, bits_src) -> None:
+    """Round chunk by chunk; inputs below the smallest normal are gathered and done at once.
+
+    The few elements below the smallest normal take many small integer ops: doing them once for
+    the whole tensor, not once per cache-sized chunk, keeps per-op overhead off the CPU path.
+    """
+    n = b.numel()
+    step = trng.chunk_size(b.device, n)
+    buf = work = None
+    if bits_src is not None and bits_src[0] == "key":
+        buf = torch.empty(min(n, step), dtype=torch.int64, device=b.device)
+        work = trng.make_work(b.device, min(n, step))
+    small_idx, small_bits = [], []
+    m = min(n, step)
+    ws = (torch.empty(m, dtype=b.dtype, device=b.device),
+          torch.empty(m, dtype=b.dtype, device=b.device),
+          torch.empty(m if bits_src is not None else 0, dtype=torch.int64, device=b.device))
+    for lo in range(0, n, step):
+        hi = min(lo + step, n)
+        r = None
+        if bits_src is not None:
+            if bits_src[0] == "bits":
+                r = bits_src[1][lo:hi]
+            else:
+                r = trng.fill_bits(bits_src[1], bits_src[2] + lo, buf[:hi - lo], work)
+        if not plan.fmt.is_float:
+            _int_kernel(plan, b[lo:hi], out[lo:hi], r)
+            continue
+        idx = _float_kernel(plan, b[lo:hi], out[lo:hi], r, [w[:hi - lo] for w in ws])
+        if idx.numel():
+            small_idx.append(idx + lo)
+            if r is not None:
+                small_bits.append(r.index_select(0, idx))
+    if small_idx:
+        idx = torch.cat(small_idx)
+        # index_select/index_copy_: advanced indexing is ~100x slower on multi-threaded CPUs.
+        bs = b.index_select(0, idx)
+        a = bs & ~_signbit(plan.src.mant == 52)
+        rs = _small_values(plan, a.to(torch.int64), torch.cat(small_bits) if small_bits else None)
+        rs = rs.to(b.dtype)
+        _finish(plan, bs, a, rs)
+        out.index_copy_(0, idx, rs)
+
+
+# -- bit patterns of the working float ---------------------------------------------------------
+
+def _signbit(wide: bool) -> int:
+    """The sign bit as a value of the signed working integer (int32 or int64)."""
+    return -(1 << 63) if wide else -(1 << 31)
+
+
+def to_work_bits(x: torch.Tensor) -> torch.Tensor:
+    """Flat int32 bits of ``x`` as float32 (int64 bits for float64), exactly as NumPy widens.
+
+    float16 NaNs keep sign and payload (``sig << 13``, not quieted), as NumPy's cast does;
+    bfloat16 is ``bits << 16``.
+    """
+    if x.dtype == torch.float64:
+        return x.reshape(-1).view(torch.int64)
+    if x.dtype == torch.float32:
+        return x.reshape(-1).view(torch.int32)
+    h = x.reshape(-1).view(torch.int16).to(torch.int32)  # sign-extended
+    if x.dtype == torch.bfloat16:
+        return h * 65536  # == h << 16 as two's complement, without a shift of a negative value
+    b = x.reshape(-1).to(torch.float32).view(torch.int32)  # exact for every non-NaN value
+    nan = (h & 0x7FFF) > 0x7C00
+    nanbits = ((h & 0x3FF) << 13) | 0x7F800000
+    return torch.where(nan, torch.where(h < 0, nanbits | _signbit(False), nanbits), b)
+
+
+def from_work_bits(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Values of ``dtype`` from working bits of values representable in ``dtype``.
+
+    Narrowing to half types follows NumPy/ml_dtypes for NaN: float16 keeps sign and the top
+    payload bits (``0x7C00 | sig >> 13``), bfloat16 gives the quiet NaN ``0x7FC0`` with the
+    sign; every other value is exact, so a plain cast (or a shift) is used.
+    """
+    if dtype == torch.float64:
+        return bits.view(torch.float64)
+    if dtype == torch.float32:
+        return bits.view(torch.float32)
+    a = bits & 0x7FFFFFFF
+    nan = a > 0x7F800000
+    neg = bits < 0
+    if dtype == torch.bfloat16:
+        h = torch.where(nan, torch.where(neg, -64, 0x7FC0), bits >> 16)  # 0xFFC0 is -64
+        return h.to(torch.int16).view(torch.bfloat16)
+    h = bits.view(torch.float32).to(torch.float16).view(torch.int16).to(torch.int32)
+    payload = (a & 0x7FFFFF) >> 13
+    nanbits = 0x7C00 | torch.where(payload == 0, 1, payload)
+    h = torch.where(nan, torch.where(neg, nanbits - 0x8000, nanbits), h)  # 0x8000 | v as int16
+    return h.to(torch.int16).view(torch.float16)
+
+
+# -- kernels -----------------------------------------------------------------------------------
+
+def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws) -> torch.Tensor:
+    """Rounded bits of the working-float bits ``b`` into ``r`` (ecosim.rounding._float_kernel).
+
+    ``ws`` is scratch space: two buffers of ``b``'s size and dtype and one int64 buffer (reused
+    across chunks: fresh CPU temporaries cost a page fault per 4 KiB). Returns the indices of
+    the inputs below the smallest normal, whose ``r`` is not final yet.
+    """
+    fmt, src = plan.fmt, plan.src
+    sign = _signbit(src.mant == 52)
+    a, t, u = ws
+    torch.bitwise_and(b, ~sign, out=a)  # magnitude bits: monotone in |x|
+    # NaN inputs become inf here, so no carry below can overflow; `a` still knows they are NaN.
+    torch.clamp(a, max=plan.infbits, out=r)
+    sh = plan.sh
+    lowmask = (1 << sh) - 1
+    if not plan.sr:
+        if sh == 0:
+            pass
+        elif fmt.ties == "even":
+            # Ties to even: add half a step minus one, plus the kept part's lowest bit.
+            torch.bitwise_right_shift(r, sh, out=t)
+            t &= 1
+            r += t
+            r += (1 << (sh - 1)) - 1
+            r &= ~lowmask
+        else:
+            r += 1 << (sh - 1)
+            r &= ~lowmask
+    else:
+        # Add the top `sh` of the `nbits` random bits and truncate: the SPEC.md count rule
+        # (proved in ecosim.rounding). The addend is below 2**sh.
+        torch.bitwise_and(rbits, (1 << plan.nbits) - 1, out=u)
+        if plan.nbits >= sh:
+            u >>= plan.nbits - sh
+        else:
+            u <<= sh - plan.nbits
+        t.copy_(u)
+        r += t
+        r &= ~lowmask
+
+    _finish(plan, b, a, r, t)
+    # Below the smallest normal: a uniform grid (subnormals, flush-to-zero, or no zero at all),
+    # done by the caller on these indices. (Integer tests and reductions here: on the CPU they
+    # are several times cheaper than boolean masks.)
+    if int(a.min()) >= plan.minnorm:
+        return a.new_empty(0, dtype=torch.int64)
+    torch.sub(a, plan.minnorm, out=t)
+    t >>= 8 * t.element_size() - 1
+    return torch.nonzero(t).reshape(-1)
+
+
+def _finish(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor, t=None) -> None:
+    """Overflow, sign, -0 and NaN rules on rounded magnitudes ``r`` of inputs ``b`` (in place).
+
+    ``a`` holds the input magnitude bits; ``t`` is optional scratch space like ``r``.
+    """
+    fmt = plan.fmt
+    sign = _signbit(plan.src.mant == 52)
+    # Past max after rounding; inf and NaN inputs land here too.
+    special = None
+    if r.numel() and int(r.max()) > plan.maxbits:
+        over = r > plan.maxbits
+        special = a > plan.infbits  # NaN inputs
+        if plan.saturate or fmt.nan == "none":
+            r.masked_fill_(over, plan.maxbits)
+        elif fmt.has_inf:
+            r.masked_fill_(over, plan.infbits)
+        else:
+            special |= over
+    t = torch.bitwise_and(b, sign, out=t)
+    if fmt.nan == "fnuz":
+        t &= (-r) >> (8 * r.element_size() - 1)  # the sign of nonzeros only: no -0
+    r |= t
+    neg = None
+    if not fmt.signed:
+        neg = b < 0
+        unsigned_nan = neg | (a == 0)  # no sign, no zero: NaN as ml_dtypes gives
+        special = unsigned_nan if special is None else special | unsigned_nan
+    if special is not None and bool(special.any()):
+        nan = _nan_bits(plan, b < 0 if neg is None else neg, sign)
+        if isinstance(nan, int):
+            r.masked_fill_(special, nan)
+        else:
+            torch.where(special, nan, r, out=r)
+
+
+def _nan_bits(plan: _Plan, neg: torch.Tensor, sign: int):
+    """Full bit patterns of the NaN a NaN input (or a NaN overflow) becomes (as NumPy's)."""
+    fmt, src = plan.fmt, plan.src
+    qnan = plan.infbits | (1 << (src.mant - 1))
+    if fmt.nan == "none" and not plan.saturate:
+        # ml_dtypes maps NaN to a zero of the opposite sign in formats without NaN.
+        return torch.where(neg, 0, sign).to(_int_of(src))
+    if fmt.nan == "fnuz":
+        return qnan | sign
+    if not fmt.signed:
+        return qnan
+    return torch.where(neg, qnan | sign, qnan).to(_int_of(src))
+
+
+def _int_of(src) -> torch.dtype:
+    return torch.int64 if src.mant == 52 else torch.int32
+
+
+def _ilog2(v: torch.Tensor) -> torch.Tensor:
+    """floor(log2 v) for int64 ``0 < v <= 2**53`` (exact: the value converts to float64 exactly)."""
+    return (v.to(torch.float64).view(torch.int64) >> 52) - 1023
+
+
+def pow2_bits(n: torch.Tensor, e, src) -> torch.Tensor:
+    """int64 bits, in the working float ``src``, of the exact value ``n * 2**e``.
+
+    ``n`` is an int64 tensor with ``0 <= n <= 2**53``; ``e`` an int or an int64 tensor; the
+    value must be representable (a normal or a subnormal of ``src``, or zero).
+    """
+    S = src.mant
+    nf = n.to(torch.float64).view(torch.int64)  # exact: n <= 2**53
+    top = (nf >> 52) - 1023 + e  # exponent of the result
+    mant = (nf & ((1 << 52) - 1)) >> (52 - S)  # exact: the value has at most S + 1 bits
+    normal = (top >= src.emin) & (n > 0)
+    normal_bits = ((top + src.bias).clamp(min=0) << S) | mant
+    # Subnormal results are n * 2**(e - (emin - S)) units of the smallest subnormal.
+    shift = e - (src.emin - S)
+    shift = shift.clamp(0, 62) if isinstance(shift, torch.Tensor) else min(max(shift, 0), 62)
+    return torch.where(normal, normal_bits, n << shift)
+
+
+def _small_values(plan: _Plan, a: torch.Tensor, rbits) -> torch.Tensor:
+    """int64 bits of the rounded magnitudes of the magnitude bits ``a`` below ``plan.minnorm``.
+
+    As ecosim.rounding._small_values, in integers: ``|x| = sig * 2**ex`` exactly, the grid step
+    is ``2**qexp``, and ``|x| / step`` splits into a floor and a remainder by a shift of
+    ``d = qexp - ex`` bits, so RTN and SR decide from exact integers.
+    """
+    fmt, src = plan.fmt, plan.src
+    S = src.mant
+    E = a >> S
+    m = a & ((1 << S) - 1)
+    normal = E > 0
+    sig = torch.where(normal, m | (1 << S), m)  # < 2**(S+1) <= 2**53
+    ex = torch.where(normal, E - (src.bias + S), src.emin - S)
+    # floor(log2 |x|); -1 for zero, as NumPy's frexp(0)[1] - 1.
+    e = torch.where(normal, E - src.bias, _ilog2(m.clamp(min=1)) + (src.emin - S))
+    e = torch.where(sig == 0, -1, e)
+    qexp = torch.where(e >= fmt.emin, e - fmt.mantissa_bits, plan.qexp)
+    d = qexp - ex  # |x| / 2**qexp = sig / 2**d
+    dpos = d.clamp(0, 62)  # sig < 2**54: a shift of 62 already leaves nothing
+    dneg = (-d).clamp(0, 62)
+    one = torch.ones_like(sig)
+    pos = d > 0
+    fl = torch.where(pos, sig >> dpos, sig << dneg)  # d <= 0 only for values < 2**(M+1) steps
+    rem = torch.where(pos, sig & ((one << dpos) - 1), 0)
+    if plan.sr:
+        nb = plan.nbits
+        # t = floor(rem * 2**nbits / 2**d), with the true d (rem < 2**min(d, 54)).
+        t = torch.where(d >= nb, rem >> (d - nb).clamp(0, 62), rem << (nb - d).clamp(0, 62))
+        nmask = (1 << nb) - 1
+        up = (rbits & nmask) > (nmask - t)
+    else:
+        half = one << (dpos - 1).clamp(min=0)
+        if fmt.ties == "even":
+            up = pos & ((rem > half) | ((rem == half) & ((fl & 1) == 1)))
+        else:
+            up = pos & (rem >= half)
+    n = fl + up.to(torch.int64)
+    if not fmt.has_zero:
+        n = n.clamp(min=1)  # nothing below the smallest value (ml_dtypes maps it there)
+    return pow2_bits(n, qexp, src)
+
+
+def _int_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits) -> None:
+    """Integer grids (ecosim.rounding._int_kernel): the same decisions from exact float ops."""
+    fmt, src = plan.fmt, plan.src
+    fdt = torch.float64 if src.mant == 52 else torch.float32
+    x = b.view(fdt)
+    # Beyond the range everything clamps anyway, so clamp first: fmin also sends inf and NaN
+    # to a finite value (NaN is restored below), and every later step is exact.
+    lim = float(max(fmt.int_max, -fmt.int_min))
+    y = torch.fmin(x.abs(), torch.tensor(lim, dtype=fdt, device=x.device))
+    if plan.sr:
+        n = y.floor()
+        t = ((y - n) * float(2**plan.nbits)).floor().to(torch.int64)  # exact, < 2**nbits
+        nmask = (1 << plan.nbits) - 1
+        n += ((rbits & nmask) > (nmask - t)).to(fdt)
+    elif lim <= 2.0**src.mant:
+        # Ties to even, as np.rint: adding 2**S rounds 0 <= y <= 2**S to an integer in the
+        # IEEE default rounding mode, exactly (torch.round is 50x slower on the CPU).
+        big = float(2**src.mant)
+        n = y + big
+        n -= big
+    else:
+        n = torch.round(y)  # half to even
+    n = torch.copysign(n, x).clamp_(fmt.int_min, fmt.int_max)
+    n += 0.0  # integer grids have no -0
+    # NaN: NumPy's float ops return the input NaN, quieted, with its sign.
+    quiet = 1 << (src.mant - 1)
+    torch.where(torch.isnan(x), b | quiet, n.view(b.dtype), out=r)
