@@ -66,8 +66,9 @@ def test_every_figure_builds_in_smoke_mode(built, name):
         assert side["experiments"][e]["config"] == cfg.to_dict()
         assert side["experiments"][e]["digest"] == E.get(e).digest(cfg)
     csvs = sorted(out.glob(f"{name}.*.csv"))
+    docs = sorted(out.glob(f"{name}.md"))  # a figure may also write a markdown table
     assert csvs and sorted(side["files"]) == sorted(
-        [f"{name}.png", f"{name}.pdf", f"{name}.json"] + [p.name for p in csvs])
+        [f"{name}.png", f"{name}.pdf", f"{name}.json"] + [p.name for p in csvs + docs])
     for path in csvs:
         rows = list(csv.reader(io.StringIO(path.read_text())))
         header, body = rows[0], rows[1:]
