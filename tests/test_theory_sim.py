@@ -184,3 +184,25 @@ def test_eco_floor_under_the_sr_bound_and_lyapunov_within_its_ci(L, lr_L, beta, 
     # Lyapunov prediction (additive model with the measured sigma^2) within 5 SE + 1%
     # (the 1% is real SR's measured distance from the additive model, SPEC.md section 5).
     assert abs(r["ratio"] - r["lyapunov"]) <= 5 * r["ratio_se"] + 0.01 * r["lyapunov"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("grid", ["uniform", "e4m3"])
+@pytest.mark.parametrize("beta", [0.3, 0.5, 0.7, 0.9, 0.95])
+@pytest.mark.parametrize("lr", [0.3, 0.1, 0.03, 0.01, 0.003])
+def test_wide_sweep_normalised_floors(grid, beta, lr):
+    """The wide version (pytest -m slow): every scheme, 5 betas x 5 lrs (100x), both grids."""
+    for scheme in SCHEMES:
+        r = simulate_floor(scheme, lr, beta, grid=grid, d=1000, horizon=60, key=11)
+        pred = theory.quadratic_stationary(scheme, 1.0, lr, beta, 1.0)
+        assert abs(r["ratio"] / pred - 1) < max(0.05, 4 * r["ratio_se"] / pred), \
+            (scheme, r["ratio"], r["ratio_se"], pred)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(L=st.floats(0.5, 4.0), lr_L=st.floats(0.01, 0.5), beta=st.floats(0.1, 0.98),
+       d=st.integers(200, 1000), log2_step=st.integers(-6, -4), key=st.integers(0, 2**20))
+def test_wide_property_eco_floor_and_lyapunov(L, lr_L, beta, d, log2_step, key):
+    test_eco_floor_under_the_sr_bound_and_lyapunov_within_its_ci.hypothesis.inner_test(
+        L, lr_L, beta, d, log2_step, key)
