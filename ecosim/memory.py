@@ -9,11 +9,14 @@ between optimizer steps, per parameter:
   add it); the stored low-precision weights (codes plus scales) for ``"naive"``, ``"eco"``,
   ``"eco_exact"`` and ``"kahan"``; the full-precision weights for ``"fp"`` and for parameters a
   policy leaves unquantized;
-* the optimizer states ``m`` (and ``v`` for AdamW), in their storage formats;
+* the optimizer states ``m`` (and ``v`` for AdamW; for Muon ``v`` only of the parameters it
+  updates with AdamW), in their storage formats;
 * the scheme's extra buffers: ``e_prev`` (``"eco_exact"``, full precision) and the Kahan
   compensation ``c`` (weight format, its own scales).
 
-Gradients and activations are transient and not counted. Scales add
+The master copy is counted in its own format when ``states["master"]`` gives one (e.g. 2
+bytes for a bfloat16 master). Gradients (``states["g"]``) and activations are transient and
+not counted. Scales add
 ``(bytes per scale) / (block size)``: 4/ncols per parameter for row-wise FP8 with float32
 scales. So AdamW with float32 states costs 12 bytes/param with FP32 master weights and
 ``1 + 4 + 4 = 9`` (plus scales) with FP8 ECO, 25% less; with bfloat16 moments ECO needs 5.
@@ -143,6 +146,7 @@ def _as_quantizer(spec: Any) -> Quantizer | None:
 
 
 def _layout(scheme: str, optimizer: str) -> tuple[str, ...]:
+    """The buffers of the formula (Muon: every parameter a matrix, so no ``v``)."""
     bufs = ["m", "v"] if optimizer == "adamw" else ["m"]
     extra = {"master": "master", "eco_exact": "e_prev", "kahan": "c"}.get(scheme)
     return tuple(bufs + ([extra] if extra else []))
@@ -157,11 +161,13 @@ def bytes_per_param(optimizer: str | QuantizedOptimizer = "adamw", scheme: str =
     """Static bytes per parameter of a scheme (the formula; see the module docstring).
 
     Args:
-        optimizer: ``"adamw"``, ``"sgdm"``, or an optimizer object (then ``scheme``,
-            ``weights`` and ``states`` are taken from it, ``weights`` must be one Quantizer).
+        optimizer: ``"adamw"``, ``"sgdm"``, ``"muon"`` (every parameter a matrix: one
+            momentum), or an optimizer object (then ``scheme``, ``weights`` and ``states``
+            are taken from it, ``weights`` must be one Quantizer).
         scheme: one of :data:`ecosim.optim.SCHEMES`.
         weights: the weight format (a Quantizer or a format name); ignored for ``"fp"``.
-        states: ``{"m": ..., "v": ...}`` formats or Quantizers (default: ``dtype``).
+        states: ``{"m": ..., "v": ..., "master": ...}`` formats or Quantizers (default:
+            ``dtype``); ``"g"`` is accepted and not counted (gradients are transient).
         dtype: the full-precision type (float32: 4 bytes; also the type of the scales).
         block: elements per scale (e.g. the number of columns for row-wise scales); None
             leaves scales out, as the paper's headline numbers do.
@@ -182,8 +188,8 @@ def bytes_per_param(optimizer: str | QuantizedOptimizer = "adamw", scheme: str =
                              "per-parameter policies")
         optimizer, scheme, weights = opt.name, opt.scheme, opt.weights
         states = dict(opt.states)
-    if optimizer not in ("adamw", "sgdm"):
-        raise ValueError(f"optimizer must be 'adamw' or 'sgdm', got {optimizer!r}")
+    if optimizer not in ("adamw", "sgdm", "muon"):
+        raise ValueError(f"optimizer must be 'adamw', 'sgdm' or 'muon', got {optimizer!r}")
     q = None if scheme == "fp" else _as_quantizer(weights)
     states = {k: state_quantizer(v) for k, v in (states or {}).items() if v is not None}
     wq = _buffer_bytes_per_param(q, dtype, block)
@@ -191,9 +197,9 @@ def bytes_per_param(optimizer: str | QuantizedOptimizer = "adamw", scheme: str =
     if scheme == "master":
         out["weights"] = wq if count_working_copy else 0.0
     for b in _layout(scheme, optimizer):
-        if b in ("m", "v"):
+        if b in ("m", "v", "master"):
             out[b] = _buffer_bytes_per_param(states.get(b), dtype, block)
-        elif b in ("master", "e_prev"):
+        elif b == "e_prev":
             out[b] = float(np.dtype(dtype).itemsize)
         else:  # c
             out[b] = _buffer_bytes_per_param(compensation_quantizer(q), dtype, block)
@@ -223,10 +229,10 @@ def static_bytes(opt: QuantizedOptimizer, shapes: Mapping[str, tuple] | tuple, *
         wb = _buffer_bytes(q, shape, dtype)
         if scheme != "master" or count_working_copy:
             tot["weights"] += wb
-        for b in _layout(scheme, opt.name):
-            if b in ("m", "v"):
+        for b in opt.state_buffers(name, shape):
+            if b in ("m", "v", "master"):
                 tot[b] += _buffer_bytes(opt.states.get(b), shape, dtype)
-            elif b in ("master", "e_prev"):
+            elif b == "e_prev":
                 tot[b] += _buffer_bytes(None, shape, dtype)
             else:
                 tot[b] += _buffer_bytes(compensation_quantizer(q), shape, dtype)
@@ -277,11 +283,11 @@ def measured_bytes(opt: QuantizedOptimizer, params: Any, state: tuple, *,
         scheme = opt.scheme_of(name)
         if scheme != "master" or count_working_copy:
             tot["weights"] += _held(q, w)
-        for b in _layout(scheme, opt.name):
+        for b in opt.state_buffers(name, np.shape(w)):
             x = entry(getattr(state, b), name)
             if x is None:
                 raise ValueError(f"state has no {b!r} for parameter {name!r}")
-            if b in ("m", "v"):
+            if b in ("m", "v", "master"):
                 tot[b] += _held(opt.states.get(b), x)
             elif b == "c":
                 tot[b] += _held(compensation_quantizer(q), x)
@@ -389,7 +395,9 @@ def model_memory(spec: ModelSpec, optimizer: str = "adamw", scheme: str = "eco",
     kw = dict(states=states, block=block, count_working_copy=count_working_copy)
     per_q = bytes_per_param(optimizer, scheme, weights=weights, **kw).total
     per_base = bytes_per_param(optimizer, "master", weights=weights, **kw).total
-    fp_other = bytes_per_param(optimizer, "fp", states=states).total
+    # the full-precision rest (embeddings, norms) is trained with AdamW under Muon
+    fp_other = bytes_per_param("adamw" if optimizer == "muon" else optimizer, "fp",
+                               states=states).total
     total = spec.quantized * per_q + spec.other * fp_other
     base = spec.quantized * per_base + spec.other * fp_other
     return ModelMemory(spec, total, total / spec.total, total / spec.active, base,

@@ -3,8 +3,10 @@
 Public names:
     sgdm, adamw: the factories of :class:`SGDM` and :class:`AdamW`, each with a weight-update
         scheme among ``SCHEMES`` ("fp", "master", "naive", "eco", "eco_exact", "kahan").
+    muon: the factory of :class:`Muon` (Newton-Schulz orthogonalised momentum for matrices,
+        AdamW for the rest; its ``"eco"`` is experimental), and :func:`newton_schulz`.
     dqt: DQT (SR onto the previous step's integer/ternary grid) as a named configuration.
-    SGDMState, AdamWState: the immutable state records.
+    SGDMState, AdamWState, MuonState: the immutable state records.
     on_grid, state_quantizer, compensation_quantizer: helpers shared by the optimizers.
     Schedules: Constant, WarmupCosine, StepDecay, InverseTime (and lowercase spellings),
         as_schedule.
@@ -12,6 +14,7 @@ Public names:
 from .adamw import AdamW, AdamWState, adamw
 from .base import SCHEMES, QuantizedOptimizer, compensation_quantizer, on_grid, state_quantizer
 from .dqt import dqt, dqt_quantizers
+from .muon import NS_COEFFICIENTS, Muon, MuonState, muon, newton_schulz
 from .schedules import (
     Constant,
     InverseTime,
@@ -31,6 +34,9 @@ __all__ = [
     "AdamWState",
     "Constant",
     "InverseTime",
+    "Muon",
+    "MuonState",
+    "NS_COEFFICIENTS",
     "QuantizedOptimizer",
     "SCHEMES",
     "SGDM",
@@ -45,6 +51,8 @@ __all__ = [
     "dqt",
     "dqt_quantizers",
     "inverse_time",
+    "muon",
+    "newton_schulz",
     "on_grid",
     "sgdm",
     "state_quantizer",

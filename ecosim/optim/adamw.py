@@ -58,7 +58,8 @@ class AdamWState(NamedTuple):
     Attributes:
         step: index of the next update (0 after init); the bias corrections use ``step + 1``.
         m, v: first and second moments (on the ``states`` grids when given).
-        master: full-precision weights of the quantized parameters (scheme ``"master"``).
+        master: full-precision weights of the quantized parameters (scheme ``"master"``; on
+            the ``states["master"]`` grid when given).
         e_prev: last rounding error (scheme ``"eco_exact"``).
         c: Kahan compensation on the compensation grid (scheme ``"kahan"``).
         key: root key of the SR draws.
@@ -111,7 +112,7 @@ class AdamW(QuantizedOptimizer):
             raise ValueError(f"weight_decay must be >= 0, got {wd!r}")
         set_(self, "weight_decay", wd)
         set_(self, "wd_corrected_injection", bool(self.wd_corrected_injection))
-        set_(self, "states", _resolve_states(self.states, ("m", "v")))
+        set_(self, "states", _resolve_states(self.states, ("m", "v"), self.scheme))
 
     def _init_param(self, name, p, w, q, ctx) -> dict:
         out = {"m": np.zeros_like(p), "v": np.zeros_like(p)}
@@ -166,6 +167,8 @@ class AdamW(QuantizedOptimizer):
             if ctx.diag is not None:
                 ctx.diag.add(name, w, tt, tt, False)
             return tt, out
+        if scheme == "master":
+            tt = self._qstate("master", tt, ctx, name)  # the stored master copy
         new_w = self._write(q, tt, w, ctx, name)
         if ctx.diag is not None:
             ctx.diag.add(name, w, new_w, tt, True)
@@ -181,8 +184,7 @@ class AdamW(QuantizedOptimizer):
                 coef *= decay
             d *= coef
             d *= e
-            m += d
-            out["m"] = self._qstate("m", m, ctx, name, "m_inject")
+            out["m"] = self._inject(m, d, ctx, name)
         elif scheme == "eco_exact":
             out["e_prev"] = e
         else:  # kahan
@@ -215,7 +217,9 @@ def adamw(lr: float | Callable[[int], float], b1: float = 0.9, b2: float = 0.999
     ``q`` is ``weights`` (RTN or SR as the Quantizer says; SR key
     ``fold_in(state.key, t, name)``). With ``states={"m": ..., "v": ...}`` the moments are
     stored in low precision: rounded when written after the moment updates, and ``m`` again
-    after ECO's injection. Derivations in :mod:`ecosim.optim.adamw`.
+    after ECO's injection. ``states={"g": ...}`` rounds the gradient on entry, and
+    ``states={"master": ...}`` (scheme ``"master"``) stores the master copy in that format.
+    Derivations in :mod:`ecosim.optim.adamw`.
 
     Args:
         lr: learning rate (float > 0) or schedule ``t -> lr``.
@@ -225,7 +229,9 @@ def adamw(lr: float | Callable[[int], float], b1: float = 0.9, b2: float = 0.999
         scheme: ``"fp"``, ``"master"``, ``"naive"``, ``"eco"``, ``"eco_exact"``, ``"kahan"``.
         weights: a :class:`~ecosim.Quantizer`, or a dict name -> Quantizer or None (None or
             absent: the parameter stays in full precision); None exactly for ``"fp"``.
-        states: ``{"m": ..., "v": ...}``, Quantizers or format names, for low-precision moments.
+        states: per-buffer quantization points ``{"g": ..., "m": ..., "v": ...,
+            "master": ...}``: Quantizers, format names or ``(format, mode)`` pairs (see
+            :func:`~ecosim.optim.base.state_quantizer`).
         wd_corrected_injection: multiply ECO's coefficient by ``(1 - lr wd)``.
 
     Returns:

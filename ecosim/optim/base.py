@@ -34,9 +34,16 @@ Conventions shared by every optimizer (the update rules themselves are in ``sgdm
 * Step index ``t = state.step = 0, 1, ...`` is the index of the update being applied; the
   learning rate of that update is ``lr(t)`` (see :mod:`ecosim.optim.schedules`).
 * Randomness: the SR draw of the weight write of parameter ``name`` at step ``t`` uses key
-  ``rng.fold_in(state.key, t, name)``; other SR draws append a tag (``"m"``, ``"v"``, ``"c"``,
-  ``"m_inject"``); :meth:`~QuantizedOptimizer.init` uses ``fold_in(key, "init", name)``. So the
-  same key gives a bit-identical trajectory.
+  ``rng.fold_in(state.key, t, name)``; other SR draws append a tag (``"g"``, ``"m"``, ``"v"``,
+  ``"master"``, ``"c"``, ``"m_inject"``); :meth:`~QuantizedOptimizer.init` uses
+  ``fold_in(key, "init", name)`` (and ``fold_in(key, "init", name, "master")`` for a
+  low-precision master copy). So the same key gives a bit-identical trajectory.
+* Quantization points (``states=``): besides the weight write, every buffer of a step may be
+  stored in its own format with its own rounding: ``"g"`` (the gradient, rounded once on entry
+  to the step, before weight decay or anything else touches it), the moments (``"m"``, and
+  ``"v"`` for AdamW), and ``"master"`` (the master copy of scheme ``"master"``; the stored
+  weights are then ``q(q_master(theta_tilde))``, the model's weights derived from the stored
+  master). See :func:`state_quantizer` for how a format name becomes a quantizer.
 * Dtypes: every buffer has its parameter's dtype (float32 or float64); gradients are cast to
   it. Learning rates and coefficients are Python floats, so float32 stays float32 (NEP 50).
 * Inputs are never mutated. Arrays may be shared between successive states (a weight that an
@@ -63,6 +70,7 @@ import numpy as np
 from .. import rng
 from ..formats import Format, get
 from ..quantizer import Quantizer
+from ..rounding import quantize
 from .schedules import as_schedule
 
 __all__ = [
@@ -79,24 +87,38 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 # -- policies ---------------------------------------------------------------------------------
 
-def state_quantizer(spec: Quantizer | Format | str) -> Quantizer:
-    """The quantizer of a low-precision optimizer state (``m`` or ``v``).
+def state_quantizer(spec: Quantizer | Format | str | tuple) -> Quantizer:
+    """The quantizer of a low-precision buffer (``g``, ``m``, ``v`` or ``master``).
 
     Args:
-        spec: a :class:`~ecosim.Quantizer` (used as is: its mode, RTN or SR, applies), or a
-            format. A format of 16 bits or more (``"bf16"``, ``"fp16"``) means a plain cast:
-            RTN with the fixed scale 1. A narrower one (``"e4m3"``) gets RTN with row-wise
+        spec: a :class:`~ecosim.Quantizer` (used as is: its mode, RTN or SR, applies), a
+            format, or a pair ``(format, mode)`` with ``mode`` ``"rtn"`` or ``"sr"`` (a format
+            alone means RTN). A format of 16 bits or more (``"bf16"``, ``"fp16"``) or with an
+            exponent field of 8 bits or more (the third reference's ``custom(8, M)``, any M)
+            means a plain cast: the fixed scale 1, so the relative error is at most
+            ``2**-M`` over float32's whole range. A narrower one (``"e4m3"``) gets row-wise
             absmax scales (one per output row, as the weights), since a plain FP8 cast would
             flush the small values of ``v`` to zero.
+
+    Example:
+        >>> from ecosim.formats import custom
+        >>> state_quantizer((custom(8, 3), "sr")).scale, state_quantizer("e4m3").granularity
+        (1.0, 'row')
     """
     if isinstance(spec, Quantizer):
         return spec
+    mode = "rtn"
+    if isinstance(spec, tuple):
+        if len(spec) != 2 or not isinstance(spec[1], str):
+            raise TypeError(f"a state format pair is (format, mode), got {spec!r}")
+        spec, mode = spec
     if isinstance(spec, (str, Format)):
         fmt = get(spec)
-        if fmt.bits >= 16:
-            return Quantizer(fmt, "rtn", scale=1.0)
-        return Quantizer(fmt, "rtn", granularity="row", scale="absmax")
-    raise TypeError(f"a state format must be a Quantizer or a format name, got {spec!r}")
+        if fmt.bits >= 16 or (fmt.is_float and fmt.exponent_bits >= 8):
+            return Quantizer(fmt, mode, scale=1.0)
+        return Quantizer(fmt, mode, granularity="row", scale="absmax")
+    raise TypeError(f"a state format must be a Quantizer, a format name or a (format, mode) "
+                    f"pair, got {spec!r}")
 
 
 def compensation_quantizer(q: Quantizer) -> Quantizer:
@@ -157,17 +179,23 @@ def _resolve_weights(weights: Any, scheme: str) -> Quantizer | Mapping | None:
                     f"got {type(weights).__name__}")
 
 
-def _resolve_states(states: Any, allowed: tuple[str, ...]) -> Mapping[str, Quantizer]:
+def _resolve_states(states: Any, moments: tuple[str, ...],
+                    scheme: str) -> Mapping[str, Quantizer]:
+    """``states`` checked: keys among ``g``, the moments and ``master``; values quantizers."""
     if states is None:
         return MappingProxyType({})
     if not isinstance(states, Mapping):
         raise TypeError(f"states must be a dict like {{'m': 'bf16'}}, got {states!r}")
+    allowed = ("g",) + tuple(moments) + ("master",)
     out = {}
     for k, spec in states.items():
         if k not in allowed:
             raise ValueError(f"states keys must be among {allowed}, got {k!r}")
         if spec is not None:
             out[k] = state_quantizer(spec)
+    if "master" in out and scheme != "master":
+        raise ValueError(f"states['master'] is the format of the master copy: it needs "
+                         f"scheme='master', got scheme={scheme!r}")
     return MappingProxyType(out)
 
 
@@ -235,6 +263,10 @@ class _Diag:
         self.sq = 0.0
         self.changed = 0
         self.n = 0
+        self.inj_dot = 0.0  # <kept, intended> over the ECO injections of this step
+        self.inj_sq = 0.0   # <intended, intended>
+        self.inj_n = 0      # elements with a nonzero injection
+        self.inj_lost = 0   # ... whose stored momentum did not change at all
 
     def add(self, name: str, w_old: np.ndarray, w_new: np.ndarray, tt: np.ndarray | None,
             quantized: bool) -> None:
@@ -246,12 +278,25 @@ class _Diag:
         if self.e is not None:
             self.e[name] = (tt - w_new) if (quantized and tt is not None) else np.zeros_like(w_old)
 
+    def inject(self, intended: np.ndarray, kept: np.ndarray) -> None:
+        """Record an injection into a (possibly quantized) momentum: what was meant, what
+        the stored momentum actually moved by."""
+        a = intended.astype(np.float64, copy=False).ravel()
+        b = kept.astype(np.float64, copy=False).ravel()
+        self.inj_dot += float(np.dot(a, b))
+        self.inj_sq += float(np.dot(a, a))
+        nz = a != 0
+        self.inj_n += int(np.count_nonzero(nz))
+        self.inj_lost += int(np.count_nonzero(nz & (b == 0)))
+
     def result(self, lr: float, bare: bool) -> dict:
         return {
             "e": _from_dict(self.e, bare),
             "update_norm": math.sqrt(self.sq),
             "changed_frac": self.changed / self.n if self.n else 0.0,
             "lr": lr,
+            "inject_kept": self.inj_dot / self.inj_sq if self.inj_sq > 0 else math.nan,
+            "inject_lost": self.inj_lost / self.inj_n if self.inj_n else math.nan,
         }
 
 
@@ -316,8 +361,12 @@ class QuantizedOptimizer:
         """The scheme parameter ``name`` follows: ``"fp"`` when it is not quantized."""
         return self.scheme if self.weight_quantizer(name) is not None else "fp"
 
-    def state_buffers(self, name: str) -> tuple[str, ...]:
-        """Names of the state buffers kept for parameter ``name`` (e.g. ``("m", "v", "c")``)."""
+    def state_buffers(self, name: str, shape: tuple[int, ...] | None = None) -> tuple[str, ...]:
+        """Names of the state buffers kept for parameter ``name`` (e.g. ``("m", "v", "c")``).
+
+        ``shape`` is the parameter's shape; optimizers whose buffers depend on it (Muon keeps
+        ``v`` only for the parameters it updates with AdamW) need it.
+        """
         return self._moment_names + self._scheme_buffers.get(self.scheme_of(name), ())
 
     _moment_names: tuple[str, ...] = ("m",)
@@ -344,14 +393,13 @@ class QuantizedOptimizer:
                name: str) -> np.ndarray:
         """The stored weights ``q(x)`` (SR key ``fold_in(key, t, name)``; DQT: previous grid)."""
         key = rng.fold_in(ctx.key, ctx.t, name) if q.mode == "sr" else None
-        scales = q.scales(prev) if self.prev_scale else None
-        return q(x, key=key, scales=scales)
+        if self.prev_scale:
+            return q(x, key=key, scales=q.scales(prev))
+        return _apply(q, x, key)
 
     @staticmethod
     def _quantize_buffer(q: Quantizer, x: np.ndarray, key: int, *data) -> np.ndarray:
-        if q.mode == "sr":
-            return q(x, key=rng.fold_in(key, *data))
-        return q(x)
+        return _apply(q, x, rng.fold_in(key, *data) if q.mode == "sr" else None)
 
     def _qstate(self, which: str, x: np.ndarray, ctx: _Ctx, name: str,
                 tag: str | None = None) -> np.ndarray:
@@ -359,6 +407,13 @@ class QuantizedOptimizer:
         if qs is None:
             return x
         return self._quantize_buffer(qs, x, ctx.key, ctx.t, name, tag or which)
+
+    def _inject(self, m: np.ndarray, k: np.ndarray, ctx: _Ctx, name: str) -> np.ndarray:
+        """``m + k`` stored in ``m``'s format (SR tag ``"m_inject"``); records what survived."""
+        new_m = self._qstate("m", m + k, ctx, name, "m_inject")
+        if ctx.diag is not None:
+            ctx.diag.inject(k, new_m - m)
+        return new_m
 
     def _qcomp(self, q: Quantizer, e: np.ndarray, key: int, *data) -> np.ndarray:
         return self._quantize_buffer(compensation_quantizer(q), e, key, *data)
@@ -391,6 +446,9 @@ class QuantizedOptimizer:
             if bad:
                 raise ValueError(f"parameter {name!r} has {bad} non-finite values")
             q = self.weight_quantizer(name)
+            qm = self.states.get("master")
+            if qm is not None and self.scheme_of(name) == "master":  # the stored master copy
+                p = self._quantize_buffer(qm, p, key, "init", name, "master")
             if q is None:
                 w = p
             else:
@@ -416,7 +474,14 @@ class QuantizedOptimizer:
                 ``theta_tilde - theta_hat_old`` over all parameters, ``theta_tilde`` being the
                 value handed to the quantizer: for master/eco_exact/kahan it includes the
                 carried error), ``"changed_frac"`` (fraction of stored weights whose value
-                changed) and ``"lr"``.
+                changed), ``"lr"``, and ``"inject_kept"``: for ``"eco"``, how much of the
+                momentum injection the stored momentum kept, ``<kept, intended> /
+                <intended, intended>`` over all parameters (1 with a full-precision momentum;
+                below 1 when rounding a low-precision momentum swallows part of it; NaN when
+                nothing was injected), and ``"inject_lost"``: the fraction of the elements
+                with a nonzero injection whose stored momentum did not change at all (the
+                injection rounded away entirely; an energy ratio near 1 can hide many small
+                injections lost this way).
 
         Returns:
             ``(params, state)``, or ``(params, state, diagnostics)``.
@@ -444,12 +509,14 @@ class QuantizedOptimizer:
         bufs: dict[str, dict[str, np.ndarray]] = {b: {} for b in self.buffers}
         for name, w in P.items():
             w = np.asarray(w)
-            b = {k: _entry(getattr(state, k), name, bare) for k in self.state_buffers(name)}
+            b = {k: _entry(getattr(state, k), name, bare)
+                 for k in self.state_buffers(name, w.shape)}
             missing = [k for k, v in b.items() if v is None]
             if missing:
                 raise ValueError(f"state has no {missing} for parameter {name!r}: was it built "
                                  "by this optimizer's init?")
-            new_w, new_b = self._step_param(name, w, G[name], b, ctx)
+            g = self._qstate("g", G[name], ctx, name)  # the gradient's quantization point
+            new_w, new_b = self._step_param(name, w, g, b, ctx)
             out_p[name] = new_w
             for k, arr in new_b.items():
                 bufs[k][name] = arr
@@ -491,6 +558,17 @@ class QuantizedOptimizer:
 
     def _step_param(self, name, w, g, b, ctx) -> tuple:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _apply(q: Quantizer, x: np.ndarray, key: int | None) -> np.ndarray:
+    """``q(x, key=key)``; a plain cast (fixed scale 1) goes straight to :func:`quantize`.
+
+    Bit for bit the same values and random bits as ``q(x)`` (dividing and multiplying by a
+    scale of 1 is exact), without the scale bookkeeping, which dominates on small tensors.
+    """
+    if q.fixed and q.scale == 1.0 and x.dtype in _FLOATS:
+        return quantize(x, q.fmt, q.mode, key=key, nbits=q.nbits, saturate=q.saturate)
+    return q(x, key=key)
 
 
 def _check_grad(name: str, w: np.ndarray, g: Any, t: int) -> np.ndarray:

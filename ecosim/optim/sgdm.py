@@ -84,8 +84,9 @@ class SGDMState(NamedTuple):
     Attributes:
         step: index of the next update (0 after init).
         m: momentum, params-shaped (on the ``states["m"]`` grid when given).
-        master: full-precision weights of the quantized parameters (scheme ``"master"``),
-            else None. Parameters left in full precision are their own master.
+        master: full-precision weights of the quantized parameters (scheme ``"master"``; on
+            the ``states["master"]`` grid when given), else None. Parameters left in full
+            precision are their own master.
         e_prev: the last rounding error ``e`` (scheme ``"eco_exact"``), else None.
         c: the Kahan compensation, on the compensation grid (scheme ``"kahan"``), else None.
         pending: ``eco_exact`` only: True when ``e_prev`` has not been moved into ``m`` (the
@@ -134,7 +135,7 @@ class SGDM(QuantizedOptimizer):
         set_(self, "weight_decay", wd)
         set_(self, "nesterov", bool(self.nesterov))
         set_(self, "heavy_ball", bool(self.heavy_ball))
-        set_(self, "states", _resolve_states(self.states, ("m",)))
+        set_(self, "states", _resolve_states(self.states, ("m",), self.scheme))
 
     # -- coefficients ------------------------------------------------------------------------
     @property
@@ -225,6 +226,8 @@ class SGDM(QuantizedOptimizer):
             if ctx.diag is not None:
                 ctx.diag.add(name, w, tt, tt, False)
             return tt, out
+        if scheme == "master":
+            tt = self._qstate("master", tt, ctx, name)  # the stored master copy
         new_w = self._write(q, tt, w, ctx, name)
         if ctx.diag is not None:
             ctx.diag.add(name, w, new_w, tt, True)
@@ -236,8 +239,7 @@ class SGDM(QuantizedOptimizer):
         e = np.subtract(tt, new_w, out=tt)  # theta_tilde is not needed any more
         if scheme == "eco":
             e *= self.alpha(lr)
-            m += e
-            out["m"] = self._qstate("m", m, ctx, name, "m_inject")
+            out["m"] = self._inject(m, e, ctx, name)
         elif scheme == "eco_exact":
             if not ctx.pending:
                 m += b["e_prev"] * (beta / (self.gain * lr))
@@ -272,8 +274,10 @@ def sgdm(lr: float | Callable[[int], float], beta: float = 0.9, *, scheme: str =
     ``q`` is ``weights`` (RTN or SR as the Quantizer says; SR key
     ``fold_in(state.key, t, name)``). With ``states={"m": ...}`` the momentum is stored in low
     precision: it is rounded when written after the momentum update and again after ECO's
-    injection. The derivation of the coefficients and of exact ECO is in the module
-    docstring of :mod:`ecosim.optim.sgdm`.
+    injection. ``states={"g": ...}`` rounds the gradient on entry (before weight decay), and
+    ``states={"master": ...}`` (scheme ``"master"``) stores the master copy in that format.
+    The derivation of the coefficients and of exact ECO is in the module docstring of
+    :mod:`ecosim.optim.sgdm`.
 
     Args:
         lr: learning rate (float > 0) or schedule ``t -> lr`` (see :func:`as_schedule`).
@@ -286,7 +290,8 @@ def sgdm(lr: float | Callable[[int], float], beta: float = 0.9, *, scheme: str =
         weight_decay: coupled L2 coefficient (added to the gradient at ``theta_hat``).
         nesterov: Nesterov look-ahead.
         heavy_ball: undamped momentum ``m = beta m + g`` (ECO keeps the same alpha).
-        states: ``{"m": Quantizer or format name}``: low-precision momentum (see
+        states: per-buffer quantization points ``{"g": ..., "m": ..., "master": ...}``, each
+            a Quantizer, a format name or a ``(format, mode)`` pair (see
             :func:`~ecosim.optim.base.state_quantizer`).
 
     Returns:

@@ -1,0 +1,240 @@
+"""Which buffer of an optimizer step breaks first when its mantissa shrinks (figure
+``mantissa_sweep``).
+
+The third reference (Tang, Li, Zou, "A Convergence Analysis of Adaptive Optimizers under
+Floating-point Quantization", arXiv 2510.21314) models every quantized buffer by a relative
+error ``|Q(x) - x| <= 2**-M |x|`` with a wide exponent, and asks which of the weights,
+gradients, first and second moments tolerate which mantissa width ``M``. This experiment
+measures it with real rounding onto ``custom(8, M)`` (float32's exponent range, ``M``
+mantissa bits; a plain cast, no scales) for ``M`` in {23, 10, 7, 5, 3, 2, 1}, one buffer at a
+time and all together:
+
+``weights``
+    the stored weights, written without a master copy (scheme ``"naive"``: ``theta_hat <-
+    Q(theta_hat - lr * update)``, the reference's model of quantized weights);
+``weights_eco``
+    the same grid with ECO's error injection (Muon: the experimental memory-free variant);
+``g``, ``m``, ``v``
+    the gradient on entry to the step, the first and the second moment (the optimizers'
+    ``states={...}`` quantization points); Muon has ``v`` only for its AdamW parameters;
+``all``
+    weights (naive), ``g``, ``m`` and ``v`` at once.
+
+Optimizers: AdamW and Muon; problems: Rosenbrock (Muon sees it as a 4x4 matrix) and a
+teacher-student MLP (see :mod:`._lowprec` for the setups and learning rates). Each unit is one
+(seed, problem, optimizer, component, M) run; the ``fp`` unit of each (seed, problem,
+optimizer) is the unquantized reference. The combined results average the final loss over
+the seeds, classify it as fine, degraded or failed against the mean reference
+(:func:`._lowprec.classify`) and summarise, per component, the smallest ``M`` down to which
+every width is fine, and the first widths that degrade and fail.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from ..formats import custom
+from ..quantizer import Quantizer
+from . import _lowprec as lp
+from .base import Config, ConfigError, experiment
+
+__all__ = ["MantissaSweepConfig", "COMPONENTS", "component_setup"]
+
+COMPONENTS = ("weights", "weights_eco", "g", "m", "v", "all")
+_OPTIMIZERS = ("adamw", "muon")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MantissaSweepConfig(Config):
+    """Mantissa widths x components x optimizers x problems (defaults: the full figure)."""
+
+    problems: tuple[str, ...] = lp.PROBLEMS
+    optimizers: tuple[str, ...] = _OPTIMIZERS
+    components: tuple[str, ...] = COMPONENTS
+    mantissas: tuple[int, ...] = (23, 10, 7, 5, 3, 2, 1)
+    mode: Literal["rtn", "sr"] = "rtn"
+    rosen_rows: int = 4
+    rosen_cols: int = 4
+    rosen_steps: int = 2000
+    mlp_sizes: tuple[int, ...] = (16, 32, 32, 8)
+    mlp_train: int = 2048
+    mlp_steps: int = 500
+    batch_size: int = 64
+    points: int = 25
+    seeds: tuple[int, ...] = (0, 1)   # MLP keys (data, teacher, init); Rosenbrock uses the first
+
+    SMOKE: ClassVar[dict] = {"components": ("weights", "v"), "mantissas": (7, 1),
+                             "rosen_steps": 150, "mlp_sizes": (8, 16, 4), "mlp_train": 256,
+                             "mlp_steps": 40, "batch_size": 32, "points": 5, "seeds": (0,)}
+
+    def __post_init__(self):
+        super().__post_init__()
+        for field, allowed in (("problems", lp.PROBLEMS), ("optimizers", _OPTIMIZERS),
+                               ("components", COMPONENTS)):
+            values = getattr(self, field)
+            if not values or any(v not in allowed for v in values):
+                raise ConfigError(f"MantissaSweepConfig.{field}: choose from {allowed}")
+        if not self.mantissas or any(not 1 <= m <= 23 for m in self.mantissas):
+            raise ConfigError("MantissaSweepConfig.mantissas must be in 1..23 (custom(8, M) on "
+                              "float32 values)")
+        if len(set(self.mantissas)) != len(self.mantissas):
+            raise ConfigError("MantissaSweepConfig.mantissas must be distinct")
+        if not self.seeds or any(s < 0 for s in self.seeds):
+            raise ConfigError("MantissaSweepConfig.seeds: non-negative keys")
+        for field in ("rosen_rows", "rosen_cols", "rosen_steps", "mlp_train", "mlp_steps",
+                      "batch_size", "points"):
+            if getattr(self, field) < 1:
+                raise ConfigError(f"MantissaSweepConfig.{field} must be >= 1")
+        if self.rosen_rows * self.rosen_cols < 2:
+            raise ConfigError("MantissaSweepConfig: Rosenbrock needs d = rows * cols >= 2")
+        if len(self.mlp_sizes) < 2 or self.batch_size > self.mlp_train:
+            raise ConfigError("MantissaSweepConfig: mlp_sizes needs 2+ widths, batch_size <= "
+                              "mlp_train")
+        if self.points > min(self.rosen_steps, self.mlp_steps):
+            raise ConfigError("MantissaSweepConfig.points must not exceed the steps")
+
+    def steps(self, problem: str) -> int:
+        return self.rosen_steps if problem == "rosenbrock" else self.mlp_steps
+
+
+def _applies(problem: str, optimizer: str, component: str) -> bool:
+    """Muon on Rosenbrock has one matrix and no AdamW parameter: ``v`` does not exist."""
+    return not (optimizer == "muon" and problem == "rosenbrock" and component == "v")
+
+
+def component_setup(component: str, q: Quantizer) -> tuple[str, Quantizer | None, dict]:
+    """``(scheme, weights, states)`` quantizing ``component`` with ``q``; ``"fp"``: none."""
+    if component == "fp":
+        return "fp", None, {}
+    if component == "weights":
+        return "naive", q, {}
+    if component == "weights_eco":
+        return "eco", q, {}
+    if component in ("g", "m", "v"):
+        return "fp", None, {component: q}
+    if component == "all":
+        return "naive", q, {"g": q, "m": q, "v": q}
+    raise ValueError(f"unknown component {component!r}")
+
+
+def _seeds(cfg: MantissaSweepConfig, problem: str) -> tuple[int, ...]:
+    """Rosenbrock is deterministic (full batch, the classic start): one run is enough."""
+    return cfg.seeds[:1] if problem == "rosenbrock" else cfg.seeds
+
+
+def _units(cfg: MantissaSweepConfig) -> list[dict]:
+    out = []
+    for p in cfg.problems:
+        for o in cfg.optimizers:
+            for seed in _seeds(cfg, p):
+                out.append({"seed": seed, "problem": p, "optimizer": o, "component": "fp",
+                            "mantissa": 0})
+                out += [{"seed": seed, "problem": p, "optimizer": o, "component": c,
+                         "mantissa": m}
+                        for c in cfg.components if _applies(p, o, c) for m in cfg.mantissas
+                        if not _identity(p, m)]
+    return out
+
+
+def _identity(problem: str, mantissa: int) -> bool:
+    """custom(8, 23) holds every float32 value: on the float32 MLP quantizing to it (RTN or
+    SR) is the identity, so that run *is* the fp run (tests/test_lowprec.py checks this bit
+    for bit) and is not computed again."""
+    return problem == "mlp" and mantissa == 23
+
+
+def _problem(cfg: MantissaSweepConfig, problem: str, optimizer: str, seed: int):
+    return lp.make_problem(problem, optimizer, rosen_shape=(cfg.rosen_rows, cfg.rosen_cols),
+                           mlp_sizes=cfg.mlp_sizes, mlp_train=cfg.mlp_train, key=seed)
+
+
+def _combine(cfg: MantissaSweepConfig, units: list[dict], results: list[dict]) -> dict:
+    """One row per (problem, optimizer, component, M): the mean final loss over the seeds, its
+    class against the mean of the fp references, and a per-component summary."""
+    by = {}
+    for u, r in zip(units, results):
+        by.setdefault((u["problem"], u["optimizer"], u["component"], u["mantissa"]), []).append(r)
+    out: dict[str, list] = {k: [] for k in (
+        "problem", "optimizer", "component", "mantissa", "final", "final_min", "final_max",
+        "initial", "reference", "floor", "ratio", "cls", "diverged", "curve")}
+    refs = {}
+    for p in cfg.problems:
+        for o in cfg.optimizers:
+            rs = by[p, o, "fp", 0]
+            refs[p, o] = (float(np.mean([float(r["final"]) for r in rs])),
+                          float(np.mean([float(r["initial"]) for r in rs])),
+                          np.mean([r["curve"] for r in rs], axis=0))
+            for c in cfg.components:
+                if not _applies(p, o, c):
+                    continue
+                for m in cfg.mantissas:
+                    rs = by[p, o, "fp", 0] if _identity(p, m) else by[p, o, c, m]
+                    finals = np.array([float(r["final"]) for r in rs])
+                    ref, ini, _ = refs[p, o]
+                    floor = lp.ROSEN_FLOOR if p == "rosenbrock" else 0.0
+                    final = float(finals.mean())
+                    row = {"problem": p, "optimizer": o, "component": c, "mantissa": m,
+                           "final": final, "final_min": float(finals.min()),
+                           "final_max": float(finals.max()), "initial": ini,
+                           "reference": ref, "floor": floor,
+                           "ratio": (max(final, floor) / max(ref, floor)
+                                     if math.isfinite(final) else math.inf),
+                           "cls": lp.classify(final, ref, ini, floor),
+                           "diverged": any(bool(r["diverged"]) for r in rs)}
+                    with np.errstate(invalid="ignore"):
+                        row["curve"] = np.mean([r["curve"] for r in rs], axis=0)
+                    for k, v in row.items():
+                        out[k].append(v)
+    res = {k: (np.stack(v) if k == "curve" else np.array(v)) for k, v in out.items()}
+    res["mantissa"] = res["mantissa"].astype(np.int64)
+    keys = list(refs)
+    res["ref_problem"] = np.array([k[0] for k in keys])
+    res["ref_optimizer"] = np.array([k[1] for k in keys])
+    res["ref_final"] = np.array([refs[k][0] for k in keys])
+    res["ref_initial"] = np.array([refs[k][1] for k in keys])
+    res["ref_curve"] = np.stack([refs[k][2] for k in keys])
+    # summary per (problem, optimizer, component)
+    summ: dict[str, list] = {k: [] for k in ("s_problem", "s_optimizer", "s_component",
+                                             "s_fine_down_to", "s_first_degraded",
+                                             "s_first_failed")}
+    ms = sorted(cfg.mantissas, reverse=True)
+    for p, o in keys:
+        for c in cfg.components:
+            if not _applies(p, o, c):
+                continue
+            sel = (res["problem"] == p) & (res["optimizer"] == o) & (res["component"] == c)
+            worst = {int(m): lp.CLASSES.index(str(k)) for m, k in
+                     zip(res["mantissa"][sel], res["cls"][sel])}
+            fine_to = 0
+            for m in ms:  # the smallest M with every M' >= M fine
+                if worst[m] > 0:
+                    break
+                fine_to = m
+            first_deg = next((m for m in ms if worst[m] >= 1), 0)
+            first_fail = next((m for m in ms if worst[m] >= 2), 0)
+            for k, v in zip(summ, (p, o, c, fine_to, first_deg, first_fail)):
+                summ[k].append(v)
+    for k, v in summ.items():
+        res[k] = np.array(v, np.int64) if k.startswith("s_f") else np.array(v)
+    res["mantissas"] = np.array(ms, np.int64)
+    res["mode"] = np.array(cfg.mode)
+    res["mlp_seeds"] = np.int64(len(cfg.seeds))
+    return res
+
+
+@experiment("mantissa_sweep", MantissaSweepConfig, version="3", units=_units,
+            combine=_combine)
+def mantissa_sweep(cfg: MantissaSweepConfig, unit: dict) -> dict:
+    """Mantissa width M per buffer (weights, g, m, v) for AdamW and Muon: what breaks first."""
+    p, o, c = unit["problem"], unit["optimizer"], unit["component"]
+    q = None if c == "fp" else Quantizer(custom(8, unit["mantissa"]), cfg.mode, scale=1.0)
+    scheme, weights, states = component_setup(c, q)
+    steps = cfg.steps(p)
+    opt = lp.make_optimizer(p, o, steps, scheme=scheme, weights=weights, states=states)
+    prob = _problem(cfg, p, o, unit["seed"])
+    bs = None if p == "rosenbrock" else cfg.batch_size
+    return lp.run_training(prob, opt, steps, key=unit["seed"], batch_size=bs,
+                           points=cfg.points)
