@@ -1,0 +1,262 @@
+"""The ECO paper's Table 1 methods on a small MLP: training curves and a width sweep (figures 7-9).
+
+The problem is the teacher-student regression of :class:`~ecosim.problems.MLP`: 8 inputs, two
+hidden ReLU layers of width ``w``, 2 outputs, a *linear* teacher with label noise 0.3 (so the
+irreducible validation loss is ``2 * 0.3**2 / 2 = 0.09``), 2048 training and 512 validation
+examples built once from ``data_key``. Training follows the paper's recipe at small scale:
+AdamW with ``b = (0.9, 0.98)``, ``eps = 1e-9``, linear warmup over 10% of the steps from 0.01x
+then cosine decay to 0.1x the peak (:class:`~ecosim.optim.WarmupCosine`), mini-batches of 8.
+The three weight matrices are stored in the weight format; the biases stay in float32 (the
+paper quantizes only the linear layers).
+
+The seven methods of the paper's Table 1 (SPEC.md section 7), as ``(weights, scheme, mode)``:
+
+* ``bf16 / master / rtn``: "BF16 w/ master": an FP32 master copy, the model's weights its
+  bfloat16 cast (RTN with scale 1, as in mixed-precision training);
+* ``W / master / {rtn, sr}``: "W w/ master + RTN/SR";
+* ``W / naive / {rtn, sr}``: "W w/o master", the rounding error dropped;
+* ``W / eco / {rtn, sr}``: ECO, the error injected into AdamW's first moment;
+
+with ``W`` the low-precision weight format: ``fp8`` (FP8 E4M3 with one absmax scale per output
+row, the paper's pre-training format) or ``int4`` (INT4 with one absmax scale per tensor, the
+paper's fine-tuning format).
+
+Units (cached one by one): ``{weights, scheme, mode, width, seed}``. The FP8 runs cover every
+width of ``widths`` (the scaling sweep of figure 8); ``curve_formats`` (FP8 and INT4) cover
+``curve_width`` (the curves of figure 7). One seed fixes the initial weights, the order of the
+mini-batches and the SR draws (:func:`ecosim.train.train`), so that methods are compared on the
+same seeds (paired).
+
+Each unit records the validation loss every ``log_every`` updates (and at the start), its final
+value, whether the run *diverged* (a non-finite loss or gradient, a validation loss above
+``stop_factor`` times its initial value, at which point the run is stopped, or a final
+validation loss above the initial one), and the static memory of the optimizer from
+:mod:`ecosim.memory`: the formula for the real shapes (:func:`~ecosim.memory.static_bytes`,
+codes, scales and the full-precision biases included), the bytes that the arrays of the state
+really hold (:func:`~ecosim.memory.measured_bytes`; static memory does not change during
+training, so it is measured on the initial state, which diverged runs have too), and the
+paper's headline per-parameter figure (:func:`~ecosim.memory.bytes_per_param`: every parameter
+in the weight format, scales left out: 12 with master weights, 9 for FP8 without).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from .. import memory, rng
+from ..optim import adamw, warmup_cosine
+from ..problems import MLP
+from ..quantizer import Quantizer
+from ..train import train
+from .base import Config, ConfigError, experiment
+
+__all__ = ["MLPMethodsConfig", "METHODS", "WEIGHT_FORMATS", "MEMORY_BUFFERS", "method_label",
+           "weight_quantizer", "make_problem", "run_training", "single_thread_blas"]
+
+#: weight formats by short name: (format, granularity) of the absmax-scaled quantizer
+WEIGHT_FORMATS = {
+    "fp8": ("float8_e4m3fn", "row"),
+    "int4": ("int4", "tensor"),
+}
+#: Table 1's rows, in its order, as (weights, scheme, mode); "W" is the low-precision format
+METHODS = (
+    ("bf16", "master", "rtn"),
+    ("W", "master", "rtn"),
+    ("W", "master", "sr"),
+    ("W", "naive", "rtn"),
+    ("W", "naive", "sr"),
+    ("W", "eco", "rtn"),
+    ("W", "eco", "sr"),
+)
+#: the fields of :class:`ecosim.memory.Memory`, the order of the ``mem_*`` result columns
+MEMORY_BUFFERS = memory.Memory._fields
+
+_SCHEME_LABELS = {"master": "w/ master", "naive": "naive", "eco": "ECO"}
+
+
+def method_label(weights: str, scheme: str, mode: str) -> str:
+    """Table 1's name of a method: ``"BF16 w/ master"``, ``"FP8 ECO + SR"`` ..."""
+    if weights == "bf16":
+        return "BF16 w/ master"
+    if scheme == "fp":
+        return "FP32"
+    return f"{weights.upper()} {_SCHEME_LABELS[scheme]} + {mode.upper()}"
+
+
+def weight_quantizer(weights: str, mode: str) -> Quantizer:
+    """The quantizer of the stored weights: ``"bf16"`` (a plain cast: RTN, scale 1), or a
+    name of :data:`WEIGHT_FORMATS` with absmax scales and the given rounding."""
+    if weights == "bf16":
+        return Quantizer("bfloat16", "rtn", scale=1.0)
+    fmt, granularity = WEIGHT_FORMATS[weights]
+    return Quantizer(fmt, mode, granularity=granularity)
+
+
+def make_problem(cfg, width: int) -> MLP:
+    """The teacher-student MLP of a config (fields ``depth``, ``n_train``, ``n_val``,
+    ``noise``, ``data_key``) with hidden width ``width``."""
+    return MLP((8, *([width] * cfg.depth), 2), n_train=cfg.n_train, n_val=cfg.n_val,
+               key=cfg.data_key, noise=cfg.noise, teacher=())
+
+
+def single_thread_blas():
+    """A context limiting BLAS to one thread, where threadpoolctl is installed.
+
+    The MLP's products are tiny (batch 8): a multi-threaded OpenBLAS spends more time
+    synchronising than computing (measured 8x slower at width 128 on 2 cores), and with
+    ``--jobs N`` the worker processes would also oversubscribe the cores. Without
+    threadpoolctl this is a no-op (same results, only slower).
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - depends on the environment
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+class _Diverged(Exception):
+    """Raised by the divergence guard to stop a run."""
+
+
+def run_training(problem: MLP, opt, steps: int, *, key: int, batch_size: int,
+                 log_every: int, stop_factor: float) -> dict:
+    """Train once and return the curve, the final loss, the divergence flag and the memory.
+
+    Returns a dict of NumPy values: ``step`` (updates done at each point of the curve: 0, then
+    after every ``log_every``-th update and the last), ``lr`` (the learning rate of that
+    update; 0 at the start), ``val_loss`` (of the stored weights; NaN after a stopped run),
+    ``final_val_loss`` (NaN when stopped), ``init_val_loss`` (of the stored initial weights),
+    ``diverged``, ``stopped_at`` (updates done when stopped, else ``steps``), ``n_params``,
+    ``mem_formula`` and ``mem_measured`` (total bytes per buffer of :data:`MEMORY_BUFFERS`).
+    """
+    params0 = problem.init(rng.fold_in(key, "init"))
+    shapes = {k: v.shape for k, v in params0.items()}
+    # the same call train() makes: the stored initial weights and the initial state
+    p_init, s_init = opt.init(params0, key=rng.fold_in(key, "opt"))
+    init_val = problem.val_loss(p_init)
+    logged = [t for t in range(steps) if t % log_every == 0 or t == steps - 1]
+    step = np.array([0] + [t + 1 for t in logged], np.int64)
+    lr = np.array([0.0] + [opt.lr_at(t) for t in logged])
+    val = np.full(step.size, np.nan)
+    val[0] = init_val
+    cap = stop_factor * init_val
+    done = [0]  # index of the last filled point
+
+    def record(t, params, state, rec):
+        done[0] += 1
+        val[done[0]] = rec["val_loss"]
+        if not (math.isfinite(rec["val_loss"]) and rec["val_loss"] <= cap):
+            raise _Diverged
+
+    final, stopped = math.nan, None
+    # Overflow on the way to a divergence is an outcome here, recorded, not a warning.
+    with np.errstate(over="ignore", invalid="ignore"), single_thread_blas():
+        try:
+            final = train(problem, opt, steps, key=key, batch_size=batch_size,
+                          log_every=log_every, callbacks=[record],
+                          params=params0).final_val_loss
+        except _Diverged:
+            stopped = int(step[done[0]])
+        except ValueError as exc:  # the optimizer refuses non-finite gradients
+            if "non-finite" not in str(exc):
+                raise
+            stopped = int(step[done[0]])
+    diverged = stopped is not None or not (math.isfinite(final) and final <= init_val)
+    return {"step": step, "lr": lr, "val_loss": val,
+            "final_val_loss": np.float64(final if stopped is None else math.nan),
+            "init_val_loss": np.float64(init_val), "diverged": np.bool_(diverged),
+            "stopped_at": np.int64(steps if stopped is None else stopped),
+            "n_params": np.int64(sum(math.prod(s) for s in shapes.values())),
+            "mem_formula": np.array(memory.static_bytes(opt, shapes), np.float64),
+            "mem_measured": np.array(memory.measured_bytes(opt, p_init, s_init), np.float64)}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MLPMethodsConfig(Config):
+    """Table 1's seven methods on the teacher-student MLP (see the module docstring)."""
+
+    widths: tuple[int, ...] = (32, 64, 128, 256)   # FP8 scaling sweep (hidden widths)
+    scaling_format: Literal["fp8", "int4"] = "fp8"
+    curve_width: int = 32                         # width of the curves of every format
+    curve_formats: tuple[str, ...] = ("fp8", "int4")
+    depth: int = 2                                 # hidden layers
+    seeds: int = 8
+    steps: int = 1500
+    lr: float = 3e-3                               # peak of warmup + cosine
+    b1: float = 0.9
+    b2: float = 0.98
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    batch_size: int = 8
+    n_train: int = 2048
+    n_val: int = 512
+    noise: float = 0.3
+    data_key: int = 0
+    log_every: int = 25
+    stop_factor: float = 10.0                      # stop a run whose val loss exceeds this x init
+    key: int = 0
+    SMOKE: ClassVar[dict] = {"widths": (8, 16), "curve_width": 8, "seeds": 2, "steps": 40,
+                             "n_train": 256, "n_val": 128, "log_every": 5, "lr": 1e-2}
+
+    def __post_init__(self):
+        super().__post_init__()
+        name = type(self).__name__
+        if not self.widths or min(self.widths) < 1 or len(set(self.widths)) != len(self.widths):
+            raise ConfigError(f"{name}.widths: distinct positive widths")
+        if self.curve_width < 1 or self.depth < 1:
+            raise ConfigError(f"{name}: curve_width and depth must be >= 1")
+        bad = [f for f in self.curve_formats if f not in WEIGHT_FORMATS]
+        if bad or len(set(self.curve_formats)) != len(self.curve_formats):
+            raise ConfigError(f"{name}.curve_formats: distinct names among "
+                              f"{sorted(WEIGHT_FORMATS)}, got {self.curve_formats}")
+        for field in ("seeds", "steps", "batch_size", "n_train", "n_val", "log_every"):
+            if getattr(self, field) < 1:
+                raise ConfigError(f"{name}.{field} must be >= 1")
+        if self.batch_size > self.n_train:
+            raise ConfigError(f"{name}.batch_size must be at most n_train")
+        if self.lr <= 0 or not 0 < self.b1 < 1 or not 0 <= self.b2 < 1 or self.eps <= 0:
+            raise ConfigError(f"{name}: lr > 0, b1 in (0, 1), b2 in [0, 1), eps > 0")
+        if self.weight_decay < 0 or self.noise < 0 or self.stop_factor <= 1:
+            raise ConfigError(f"{name}: weight_decay, noise >= 0 and stop_factor > 1")
+
+    def blocks(self) -> list[tuple[str, int]]:
+        """The (low-precision format, width) pairs that are run, in order, without repeats."""
+        out = [(self.scaling_format, w) for w in self.widths]
+        out += [(f, self.curve_width) for f in self.curve_formats]
+        return list(dict.fromkeys(out))
+
+
+def _units(cfg: MLPMethodsConfig) -> list[dict]:
+    units = []
+    done_bf16 = set()
+    for fmt, width in cfg.blocks():
+        for weights, scheme, mode in METHODS:
+            if weights == "bf16":  # one reference per width, whatever the low format
+                if width in done_bf16:
+                    continue
+                done_bf16.add(width)
+            else:
+                weights = fmt
+            units += [{"weights": weights, "scheme": scheme, "mode": mode, "width": width,
+                       "seed": s} for s in range(cfg.seeds)]
+    return units
+
+
+@experiment("mlp_methods", MLPMethodsConfig, version="1", units=_units)
+def mlp_methods(cfg: MLPMethodsConfig, unit: dict) -> dict:
+    """Table 1's methods on a teacher-student MLP: curves, final losses, static memory."""
+    problem = make_problem(cfg, unit["width"])
+    q = weight_quantizer(unit["weights"], unit["mode"])
+    policy = {n: q for n in problem.quantized_names("matrices")}
+    opt = adamw(warmup_cosine(cfg.lr, cfg.steps), cfg.b1, cfg.b2, cfg.eps, cfg.weight_decay,
+                scheme=unit["scheme"], weights=policy)
+    out = run_training(problem, opt, cfg.steps, key=rng.fold_in(cfg.key, "mlp", unit["seed"]),
+                       batch_size=cfg.batch_size, log_every=cfg.log_every,
+                       stop_factor=cfg.stop_factor)
+    headline = memory.bytes_per_param("adamw", unit["scheme"], weights=q)
+    out["mem_headline"] = np.array(headline, np.float64)
+    return out
