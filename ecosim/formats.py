@@ -381,7 +381,7 @@ def encode_bits(values: np.ndarray, fmt: Format) -> np.ndarray:
         m, e = np.frexp(a)  # a = m * 2**e, m in [0.5, 1)
     e = e.astype(np.int64) - 1
     normal = (e >= fmt.emin) & np.isfinite(a) & (a > 0)
-    expf = np.where(normal, e + fmt.bias if fmt.has_zero else e + fmt.bias, 0)
+    expf = np.where(normal, e + fmt.bias, 0)
     with np.errstate(invalid="ignore"):
         mant_n = np.ldexp(np.where(normal, 2 * m - 1, 0.0), M)
         mant_s = np.ldexp(np.where(normal | ~np.isfinite(a), 0.0, a), M - fmt.emin)
@@ -440,10 +440,7 @@ def decode(stored: np.ndarray, fmt: Format | str, dtype=np.float32) -> np.ndarra
     if dt is not None and stored.dtype == dt:
         if fmt.kind == "int":
             return stored.astype(np.int64).astype(dtype)
-        raw = stored.view(fmt.code_dtype) if dt.itemsize == fmt.code_dtype.itemsize else None
-        if raw is None:  # sub-byte ml_dtypes types (int4/float4) occupy one byte each
-            raw = stored.view(np.uint8) & (2**fmt.storage_bits - 1)
-        stored = raw
+        stored = stored.view(fmt.code_dtype)  # same width: FP4/FP6 types take one byte each
     if stored.dtype.kind != "u":
         raise TypeError(f"expected {fmt.name} storage ({dt}) or unsigned raw codes, "
                         f"got {stored.dtype}")
