@@ -122,7 +122,8 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
             neighbours ``lo < hi`` and ``r`` the low ``nbits`` of the random bits, the magnitude
             goes to ``hi`` iff ``r + floor(p * 2**nbits) >= 2**nbits``. Exactly
             ``floor(p * 2**nbits)`` of the ``2**nbits`` values of ``r`` round up.
-        rbits: random bits for SR, an integer array of ``x``'s shape (non-negative values).
+        rbits: random bits for SR, an integer array of ``x``'s shape (unsigned, or signed with
+            non-negative values); only the low ``nbits`` of each word are used.
         nbits: how many low bits of each random word SR uses (1..32).
         key: instead of ``rbits``: an int, or ``(key, counter)``; element ``i`` (C order) uses
             the bits of counter ``counter + i`` from :mod:`ecosim.rng`.
@@ -179,7 +180,8 @@ def _random_source(shape, rbits, key):
     if rbits is not None:
         rb = np.asarray(rbits)
         if rb.dtype.kind not in "ui":
-            raise TypeError(f"rbits must be an unsigned integer array, got dtype {rb.dtype}")
+            raise TypeError(f"rbits must be an integer array of non-negative random words, "
+                            f"got dtype {rb.dtype}")
         if rb.shape != tuple(shape):
             raise ValueError(f"rbits must have x's shape {tuple(shape)}, got {rb.shape}")
         if rb.dtype.kind == "i":

@@ -125,7 +125,8 @@ def _random_source(x: torch.Tensor, rbits, key):
         if not isinstance(rb, torch.Tensor):
             arr = np.asarray(rb)
             if arr.dtype.kind not in "ui":
-                raise TypeError(f"rbits must be an unsigned integer array, got dtype {arr.dtype}")
+                raise TypeError(f"rbits must be an integer array of non-negative random words, "
+                                f"got dtype {arr.dtype}")
             rb = torch.from_numpy(np.ascontiguousarray(arr).copy())
         if rb.dtype not in _INT_DTYPES:
             raise TypeError(f"rbits must be an integer tensor, got dtype {rb.dtype}")
