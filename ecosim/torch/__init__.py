@@ -9,6 +9,8 @@ Public names:
         low-precision dtypes (``torch.float8_e4m3fn`` ..., int8, packed uint8).
     random_bits: :func:`ecosim.rng.random_bits` as an int64 tensor of 32-bit words.
     fold_in, split_key: key derivation, shared with :mod:`ecosim.rng`.
+    ECOSGD, ECOAdamW: the ECO/naive/master(/eco_exact) optimizers as torch optimizers,
+        bit-identical to :mod:`ecosim.optim` on the CPU in float32 (:mod:`ecosim.torch.optim`).
 """
 
 try:
@@ -17,8 +19,10 @@ except ImportError as err:  # pragma: no cover - exercised only without torch
     raise ImportError("ecosim.torch needs torch: pip install -e '.[torch]' (or `make torch`)"
                       ) from err
 
+from .optim import ECOAdamW, ECOSGD
 from .quantizer import Encoded, Quantizer
 from .rng import fold_in, random_bits, split_key
 from .rounding import MODES, quantize
 
-__all__ = ["Encoded", "MODES", "Quantizer", "fold_in", "quantize", "random_bits", "split_key"]
+__all__ = ["ECOAdamW", "ECOSGD", "Encoded", "MODES", "Quantizer", "fold_in", "quantize",
+           "random_bits", "split_key"]
