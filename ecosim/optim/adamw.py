@@ -163,21 +163,9 @@ class AdamW(QuantizedOptimizer):
         if self.weight_decay:
             base = base * decay
         np.subtract(base, tt, out=tt)  # theta_tilde = base (1 - lr wd) - (lr/bc1) m / d
-        if scheme == "fp":
-            if ctx.diag is not None:
-                ctx.diag.add(name, w, tt, tt, False)
-            return tt, out
-        if scheme == "master":
-            tt = self._qstate("master", tt, ctx, name)  # the stored master copy
-        new_w = self._write(q, tt, w, ctx, name)
-        if ctx.diag is not None:
-            ctx.diag.add(name, w, new_w, tt, True)
-        if scheme == "master":
-            out["master"] = tt
+        new_w, e = self._write_scheme(scheme, name, w, tt, q, ctx, out)
+        if e is None:
             return new_w, out
-        if scheme == "naive":
-            return new_w, out
-        e = np.subtract(tt, new_w, out=tt)
         if scheme == "eco":
             coef = (bc1 / lr) * (1.0 - 1.0 / b1)
             if self.wd_corrected_injection:
@@ -187,8 +175,6 @@ class AdamW(QuantizedOptimizer):
             out["m"] = self._inject(m, d, ctx, name)
         elif scheme == "eco_exact":
             out["e_prev"] = e
-        else:  # kahan
-            out["c"] = self._qcomp(q, e, ctx.key, ctx.t, name, "c")
         return new_w, out
 
 

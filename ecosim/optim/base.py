@@ -397,6 +397,35 @@ class QuantizedOptimizer:
             return q(x, key=key, scales=q.scales(prev))
         return _apply(q, x, key)
 
+    def _write_scheme(self, scheme: str, name: str, w: np.ndarray, tt: np.ndarray,
+                      q: Quantizer | None, ctx: _Ctx, out: dict) -> tuple[np.ndarray, Any]:
+        """The weight write of every optimizer, once ``theta_tilde`` (``tt``) is computed.
+
+        Rounds ``tt`` (``master``: its stored master copy) onto the weight grid, records the
+        diagnostics, keeps the master copy or the Kahan compensation in ``out``, and returns
+        ``(new weights, e)`` with ``e = theta_tilde - q(theta_tilde)`` for the schemes that use
+        the error next (``eco``, ``eco_exact``), else ``e = None``. ``tt`` may be overwritten.
+        """
+        if scheme == "fp":
+            if ctx.diag is not None:
+                ctx.diag.add(name, w, tt, tt, False)
+            return tt, None
+        if scheme == "master":
+            tt = self._qstate("master", tt, ctx, name)  # the stored master copy
+        new_w = self._write(q, tt, w, ctx, name)
+        if ctx.diag is not None:
+            ctx.diag.add(name, w, new_w, tt, True)
+        if scheme == "master":
+            out["master"] = tt
+            return new_w, None
+        if scheme == "naive":
+            return new_w, None
+        e = np.subtract(tt, new_w, out=tt)  # theta_tilde is not needed any more
+        if scheme == "kahan":
+            out["c"] = self._qcomp(q, e, ctx.key, ctx.t, name, "c")
+            return new_w, None
+        return new_w, e
+
     @staticmethod
     def _quantize_buffer(q: Quantizer, x: np.ndarray, key: int, *data) -> np.ndarray:
         return _apply(q, x, rng.fold_in(key, *data) if q.mode == "sr" else None)

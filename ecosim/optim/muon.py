@@ -274,27 +274,13 @@ class Muon(QuantizedOptimizer):
             base = base * (1.0 - lr * self.weight_decay)
         tt = np.multiply(o, -lr * s)
         tt += base  # theta_tilde = base (1 - lr wd) - lr s NS5(n)
-        if scheme == "fp":
-            if ctx.diag is not None:
-                ctx.diag.add(name, w, tt, tt, False)
-            return tt, out
-        if scheme == "master":
-            tt = self._qstate("master", tt, ctx, name)
-        new_w = self._write(q, tt, w, ctx, name)
-        if ctx.diag is not None:
-            ctx.diag.add(name, w, new_w, tt, True)
-        if scheme == "master":
-            out["master"] = tt
+        new_w, e = self._write_scheme(scheme, name, w, tt, q, ctx, out)
+        if e is None:
             return new_w, out
-        if scheme == "naive":
-            return new_w, out
-        e = np.subtract(tt, new_w, out=tt)
         if scheme == "eco":
             out["m"] = self._inject(m, e * self.eco_coefficient(lr, n, o, s), ctx, name)
         elif scheme == "eco_exact":
             out["e_prev"] = e
-        else:  # kahan
-            out["c"] = self._qcomp(q, e, ctx.key, ctx.t, name, "c")
         return new_w, out
 
     def eco_coefficient(self, lr: float, n: np.ndarray, o: np.ndarray, s: float) -> float:

@@ -222,21 +222,9 @@ class SGDM(QuantizedOptimizer):
             base = w
         tt = np.multiply(u, -lr)
         tt += base  # theta_tilde = base - lr * u
-        if scheme == "fp":
-            if ctx.diag is not None:
-                ctx.diag.add(name, w, tt, tt, False)
-            return tt, out
-        if scheme == "master":
-            tt = self._qstate("master", tt, ctx, name)  # the stored master copy
-        new_w = self._write(q, tt, w, ctx, name)
-        if ctx.diag is not None:
-            ctx.diag.add(name, w, new_w, tt, True)
-        if scheme == "master":
-            out["master"] = tt
+        new_w, e = self._write_scheme(scheme, name, w, tt, q, ctx, out)
+        if e is None:
             return new_w, out
-        if scheme == "naive":
-            return new_w, out
-        e = np.subtract(tt, new_w, out=tt)  # theta_tilde is not needed any more
         if scheme == "eco":
             e *= self.alpha(lr)
             out["m"] = self._inject(m, e, ctx, name)
@@ -247,8 +235,6 @@ class SGDM(QuantizedOptimizer):
                 m -= e * (1.0 / (self.gain * ctx.lr_next))
             out["m"] = self._qstate("m", m, ctx, name, "m_inject")
             out["e_prev"] = e
-        else:  # kahan
-            out["c"] = self._qcomp(q, e, ctx.key, ctx.t, name, "c")
         return new_w, out
 
 
