@@ -9,8 +9,14 @@ Public names:
         low-precision dtypes (``torch.float8_e4m3fn`` ..., int8, packed uint8).
     random_bits: :func:`ecosim.rng.random_bits` as an int64 tensor of 32-bit words.
     fold_in, split_key: key derivation, shared with :mod:`ecosim.rng`.
-    ECOSGD, ECOAdamW: the ECO/naive/master(/eco_exact) optimizers as torch optimizers,
-        bit-identical to :mod:`ecosim.optim` on the CPU in float32 (:mod:`ecosim.torch.optim`).
+    ECOSGD, ECOAdamW: the master/naive/ECO/exact-ECO/Kahan optimizers as torch optimizers,
+        with low-precision states, bit-identical to :mod:`ecosim.optim` on the CPU in float32
+        (:mod:`ecosim.torch.optim`).
+    QuantizedLinear, store_weights, GradSlot, stored: weights held as real low-precision
+        codes between steps (1 byte per FP8 weight plus scales), updated in place by the ECO
+        optimizers (:mod:`ecosim.torch.nn`).
+    data_parallel: ``DistributedDataParallel`` for models with stored weights.
+    measured_memory, MeasuredMemory: bytes actually held by a model and its optimizer.
 """
 
 try:
@@ -19,10 +25,20 @@ except ImportError as err:  # pragma: no cover - exercised only without torch
     raise ImportError("ecosim.torch needs torch: pip install -e '.[torch]' (or `make torch`)"
                       ) from err
 
+from .nn import (
+    GradSlot,
+    MeasuredMemory,
+    QuantizedLinear,
+    data_parallel,
+    measured_memory,
+    store_weights,
+    stored,
+)
 from .optim import ECOAdamW, ECOSGD
 from .quantizer import Encoded, Quantizer
 from .rng import fold_in, random_bits, split_key
 from .rounding import MODES, quantize
 
-__all__ = ["ECOAdamW", "ECOSGD", "Encoded", "MODES", "Quantizer", "fold_in", "quantize",
-           "random_bits", "split_key"]
+__all__ = ["ECOAdamW", "ECOSGD", "Encoded", "GradSlot", "MODES", "MeasuredMemory",
+           "QuantizedLinear", "Quantizer", "data_parallel", "fold_in", "measured_memory",
+           "quantize", "random_bits", "split_key", "store_weights", "stored"]

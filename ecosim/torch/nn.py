@@ -1,0 +1,585 @@
+"""Weights held as real low-precision codes during training: :class:`QuantizedLinear`.
+
+This module owns the *storage* side of training without master weights in torch: a linear
+layer whose weight exists between optimizer steps only as codes (``torch.float8_e4m3fn`` bits,
+packed int4 bytes, ...) plus one scale per block, the function :func:`store_weights` that puts
+such layers in place of chosen ``nn.Linear`` modules, and :func:`measured_memory`, the bytes a
+model and its optimizer actually hold.
+
+How the pieces fit (``ecosim.torch.optim`` does the updates)::
+
+    model = MyModel()
+    names = store_weights(model, Quantizer("e4m3", "sr", granularity="row"), key=0,
+                          predicate=lambda name, mod: name.startswith("blocks."))
+    opt = ECOAdamW(model.named_parameters(), 1e-3, scheme="eco", key=0)
+    loss(model(x)).backward();  opt.step();  opt.zero_grad()
+
+* :class:`QuantizedLinear` keeps the buffers ``codes`` (uint8: the codes' raw bytes, one per
+  weight for 8-bit formats, two int4 codes per byte, ...; :meth:`~QuantizedLinear.encoded`
+  views them in their torch dtype, e.g. ``torch.float8_e4m3fn``) and ``scales`` (float32, one
+  per block). Its forward dequantizes ``W = fl(s * code)`` (the values
+  :class:`ecosim.torch.Quantizer` returns, bit for bit) inside a custom autograd function that
+  saves the codes, not ``W``, and dequantizes again in backward. Static memory: 1 byte per
+  weight for FP8 plus 4 bytes per row.
+* Its ``weight`` attribute is a :class:`GradSlot`: an ``nn.Parameter`` of the weight's shape
+  whose storage is one zero broadcast to that shape (4 bytes). It carries no values (it reads
+  as zeros); it exists so that autograd, ``clip_grad_norm_``, DDP's gradient all-reduce and
+  optimizers see a parameter of the right shape, and its ``.grad`` (full size, transient)
+  receives the weight gradient. :func:`stored` maps a slot back to its layer; the ECO
+  optimizers read the weights from the codes and write ``encode(theta_tilde)`` back.
+* Names and keys: a layer replaced under the module path ``"a.b"`` stores the parameter named
+  ``"a.b.weight"``; its first write is the optimizers' initial write, ``q(W)`` with SR key
+  ``fold_in(key, "init", "a.b.weight")``. The optimizers name a stored parameter by this name
+  (whatever name it is passed under), so their SR keys ``fold_in(key, t, name)`` match a run
+  on full-precision parameters from ``model.named_parameters()`` of the unwrapped model, also
+  when the model is later wrapped in DDP (``"module.a.b.weight"``) or compiled.
+* Protocol of the first step: an optimizer takes a stored weight as already written (the
+  codes are ``q(W_0)``): for ``"naive"``/``"eco"`` the trajectory equals the run on a float32
+  parameter initialised with ``W_0`` and the same key, bit for bit; ``"master"`` and
+  ``"eco_exact"`` start from ``q(W_0)`` (master copy ``q(W_0)``, ``e_0 = 0``), as the NumPy
+  optimizer does when initialised with the dequantized stored weights.
+
+Checkpoints: ``model.state_dict()`` holds ``codes``, ``scales`` and ``bias`` (not the slot),
+so it is a real low-precision checkpoint; ``load_state_dict`` restores it bit for bit.
+Conversions (``model.to(device)``, ``.half()``) move the codes and scales without changing
+them. DDP: wrap with :func:`data_parallel` (``DistributedDataParallel(model,
+init_sync=False)`` plus the initial broadcast done here, since DDP's own broadcast cannot write
+into a broadcast-shaped slot); the codes travel as uint8, which gloo and NCCL both carry (gloo
+refuses float8 tensors). Every rank applies the same update with the same keys, so the codes
+stay equal without DDP's per-forward buffer broadcast: ``forward_sync_buffers=False`` saves
+that traffic when the model has no other buffers to keep in sync.
+
+Not supported: FSDP (it would shard and materialise the slot), ``nn.Linear`` subclasses
+(``MultiheadAttention`` reads its ``out_proj.weight`` directly), weights tied to other
+parameters (refused: the tie would silently break), double backward.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections import Counter
+from typing import Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import rng
+from .quantizer import _E8M0, _STORAGE, Encoded, Quantizer, decode_bits
+from .rounding import quantize
+
+__all__ = ["GradSlot", "QuantizedLinear", "store_weights", "stored", "data_parallel",
+           "measured_memory", "MeasuredMemory"]
+
+_FAST_NAN = ("fn", "ieee")  # NaN conventions whose torch casts agree with ecosim on the grid
+
+
+# -- codes: one quantizer's storage --------------------------------------------------------------
+
+class _Codec:
+    """How tensors quantized by ``q`` are held: codes (+ scales) and back, bit for bit.
+
+    ``encode`` returns ``(values, codes, scales)`` with ``values == q(x, key=key)`` (what the
+    NumPy optimizer keeps), ``codes`` in the torch dtype of the format (``float8_e4m3fn``,
+    ``bfloat16``, packed ``uint8``, ...) and ``scales`` one per block (None for a plain cast:
+    a fixed scale 1 onto ``bfloat16``/``float16``, stored as that dtype). Fast paths: the
+    codes of on-grid finite values are exact torch casts (``fn``/``ieee`` formats with a torch
+    dtype), which skips the integer encoder; anything else goes through
+    :meth:`Quantizer.encode`/:meth:`Quantizer.decode`.
+    """
+
+    def __init__(self, q: Quantizer):
+        fmt = q.fmt
+        self.q = q
+        self.packed = 0 if fmt.bits > 4 else (4 if fmt.bits > 2 else 2)
+        self.typed = (_STORAGE.get(fmt.dtype_name) if fmt.is_float and not self.packed
+                      else None)
+        self.fast = self.typed is not None and fmt.nan in _FAST_NAN and not q._may_nan
+        self.plain = q.fixed and q.scale == 1.0  # NumPy's _apply shortcut: quantize directly
+        self.cast = self.plain and self.typed in (torch.bfloat16, torch.float16)
+        self.scales_typed = _E8M0 if (q.scale == "absmax_pow2" and _E8M0 is not None) else None
+
+    def encode(self, x: torch.Tensor, key):
+        q = self.q
+        if self.cast:
+            v = quantize(x, q.fmt, q.mode, key=key, nbits=q.nbits, saturate=q.saturate)
+            return v, v.to(self.typed), None
+        if self.fast:
+            x, c, s = q._codes(x, key, None)
+            return (c * s).reshape(x.shape), c.to(self.typed), s
+        enc = q.encode(x, key=key)
+        return q.decode(enc), enc.codes, enc.scales
+
+    def values(self, x: torch.Tensor, key):
+        """``(q(x, key=key), scales)`` without the codes (scales None off the fast path)."""
+        if self.fast:
+            x, c, s = self.q._codes(x, key, None)
+            return (c * s).reshape(x.shape), s
+        return self.q(x, key=key), None
+
+    def decode(self, codes, scales, shape, dtype) -> torch.Tensor:
+        if self.cast:
+            return codes.to(dtype)
+        if self.fast and scales.dtype == dtype:
+            if codes.element_size() == 1 and codes.device.type == "cpu":
+                # torch's CPU float8 -> float32 cast is scalar code (~5x slower than this
+                # gather from the 256 values, which are ecosim's decode_bits, exact).
+                lut = _lut(self.q.fmt, dtype, codes.device)
+                idx = codes.view(torch.uint8).reshape(-1).to(torch.int32)
+                c = lut.index_select(0, idx).reshape(codes.shape)
+            else:
+                c = codes.to(dtype)
+            return (c * scales).reshape(shape)
+        return self.q.decode(Encoded(codes=codes, scales=scales, shape=tuple(shape), dtype=dtype,
+                                     packed_bits=self.packed))
+
+    def zeros(self, like: torch.Tensor):
+        """``(values, codes, scales)`` of a zero tensor shaped as ``like`` (no random bits)."""
+        z = torch.zeros_like(like, memory_format=torch.contiguous_format)
+        if self.cast:
+            return z, z.to(self.typed), None
+        rtn = _Codec(dataclasses.replace(self.q, mode="rtn"))
+        return rtn.encode(z, None)
+
+
+_LUTS: dict = {}
+
+
+def _lut(fmt, dtype, device) -> torch.Tensor:
+    """The values of the 256 one-byte codes of ``fmt`` as ``dtype`` (cached per device)."""
+    k = (fmt.name, dtype, str(device))
+    if k not in _LUTS:
+        _LUTS[k] = decode_bits(torch.arange(256, device=device), fmt, dtype)
+    return _LUTS[k]
+
+
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    """A floating low-precision tensor as same-size integers (same bits); others unchanged.
+
+    Integers survive what floats do not: ``Module.half()``/``.to(dtype)`` conversions,
+    ``Optimizer.load_state_dict``'s cast to the parameter's dtype, and gloo collectives
+    (which refuse float8).
+    """
+    if t.is_floating_point() and t.element_size() <= 2:
+        return t.view(torch.uint8 if t.element_size() == 1 else torch.int16)
+    return t
+
+
+def _typed(raw: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """Inverse of :func:`_raw` (``dtype`` None: the tensor is already in its storage dtype)."""
+    if dtype is None or raw.dtype == dtype:
+        return raw
+    return raw.view(dtype)
+
+
+# -- the gradient slot ---------------------------------------------------------------------------
+
+class GradSlot(nn.Parameter):
+    """A parameter with a weight's shape and no values: one zero broadcast to the shape.
+
+    Storage is one element (4 bytes for float32); ``.grad`` is a full, contiguous tensor
+    (autograd's layout for a broadcast parameter), where the weight gradient lands. The layer
+    holding the codes is ``stored(slot)``. Deep copies and pickles keep the link to the
+    (copied) layer and stay one element.
+    """
+
+    def __new__(cls, shape, dtype=torch.float32, device=None, requires_grad=True):
+        data = torch.zeros((), dtype=dtype, device=device).expand(*shape)
+        return torch.Tensor._make_subclass(cls, data, requires_grad)
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        out = GradSlot(tuple(self.shape), self.dtype, self.device, self.requires_grad)
+        memo[id(self)] = out
+        out.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return out
+
+    def __reduce_ex__(self, proto):
+        return (_rebuild_slot, (tuple(self.shape), self.dtype, self.device, self.requires_grad,
+                                self.__dict__))
+
+    def __repr__(self):
+        return f"GradSlot(shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device})"
+
+
+def _rebuild_slot(shape, dtype, device, requires_grad, state):
+    out = GradSlot(shape, dtype, device, requires_grad)
+    out.__dict__.update(state)
+    return out
+
+
+def stored(p: torch.Tensor) -> "QuantizedLinear | None":
+    """The layer that holds the weights of ``p`` when ``p`` is a :class:`GradSlot`, else None."""
+    return getattr(p, "_ecosim_store", None) if isinstance(p, GradSlot) else None
+
+
+# -- the layer -----------------------------------------------------------------------------------
+
+class _StoredLinear(torch.autograd.Function):
+    """``y = x W^T + b`` with ``W`` dequantized from the codes; backward dequantizes again.
+
+    Saves ``x`` and the codes and scales (not ``W``). The gradients are computed with the
+    same BLAS calls as autograd's ``F.linear`` (``dx = dy W``, ``dW = dy^T x``,
+    ``db = sum dy``), so on the CPU they equal those of ``nn.Linear`` holding ``W`` bit for
+    bit. Under autocast, ``x``, ``W`` and ``b`` are cast to the autocast dtype, as for
+    ``F.linear``.
+    """
+
+    @staticmethod
+    def forward(ctx, x, slot, bias, layer):
+        dev = x.device.type
+        cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+        with torch.autocast(dev, enabled=False):
+            w = layer._decode(layer.codes, layer.scales).to(cdt)
+            xc = x.to(cdt)
+            b = bias.to(cdt) if bias is not None else None
+            y = F.linear(xc, w, b)
+        ctx.layer, ctx.cdt, ctx.x_dtype = layer, cdt, x.dtype
+        ctx.save_for_backward(xc, layer.codes, layer.scales)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        xc, codes, scales = ctx.saved_tensors
+        layer = ctx.layer
+        n_out, n_in = layer.out_features, layer.in_features
+        g = dy.to(ctx.cdt).reshape(-1, n_out)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            w = layer._decode(codes, scales).to(ctx.cdt)
+            dx = g.mm(w).reshape(xc.shape).to(ctx.x_dtype)
+        if ctx.needs_input_grad[1]:
+            dw = g.t().mm(xc.reshape(-1, n_in)).to(layer.weight.dtype)
+        if ctx.needs_input_grad[2]:
+            db = g.sum(0).to(layer.bias.dtype)
+        return dx, dw, db, None
+
+
+class QuantizedLinear(nn.Module):
+    """``nn.Linear`` whose weight is held as low-precision codes plus scales.
+
+    Args:
+        in_features, out_features: as ``nn.Linear``.
+        quantizer: the :class:`ecosim.torch.Quantizer` of the stored weights (e.g.
+            ``Quantizer("e4m3", "sr", granularity="row")``; its mode is the mode of the initial
+            write and of the optimizers' writes).
+        bias: keep a full-precision bias (as ``nn.Linear``).
+        name: the parameter name of the stored weight (SR keys; :func:`store_weights` sets
+            ``"<module path>.weight"``).
+        dtype: float32 or float64, the dtype of the dequantized weights and of the gradient.
+        device: where the codes live.
+
+    The codes start at zero (all-zero weights); :meth:`write` or :meth:`from_linear` fill them.
+
+    Attributes:
+        codes: uint8 buffer, the codes' raw bytes (blocked shape as
+            :meth:`Quantizer.encode` returns it; 1-D for packed formats).
+        scales: buffer, one scale per block (float32/float64; E8M0 bytes for power-of-two
+            scales).
+        weight: the :class:`GradSlot` (its ``.grad`` is the weight gradient).
+        bias: ``nn.Parameter`` or None.
+
+    Example:
+        >>> import torch
+        >>> from ecosim.torch import Quantizer
+        >>> lin = torch.nn.Linear(64, 32)
+        >>> q = QuantizedLinear.from_linear(lin, Quantizer("e4m3", granularity="row"))
+        >>> q.codes.nbytes, q.scales.nbytes, q.encoded().codes.dtype
+        (2048, 128, torch.float8_e4m3fn)
+        >>> bool((q.read() == Quantizer("e4m3", granularity="row")(lin.weight.detach())).all())
+        True
+    """
+
+    def __init__(self, in_features: int, out_features: int, quantizer: Quantizer, *,
+                 bias: bool = True, name: str = "weight", dtype=torch.float32, device=None):
+        super().__init__()
+        if not isinstance(quantizer, Quantizer):
+            raise TypeError(f"quantizer must be an ecosim.torch.Quantizer, got "
+                            f"{type(quantizer).__name__}")
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"QuantizedLinear holds float32 or float64 weights, got {dtype}")
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.quantizer, self.name = quantizer, str(name)
+        self._codec = _Codec(quantizer)
+        self._shape = (self.out_features, self.in_features)
+        self._value_dtype = dtype
+        _, codes, scales = self._codec.zeros(torch.zeros(self._shape, dtype=dtype, device=device))
+        self.register_buffer("codes", _raw(codes))
+        # a plain cast (fixed scale 1 onto bfloat16/float16) has no scales: an empty buffer
+        self.register_buffer("scales", _raw(scales) if scales is not None
+                             else torch.empty(0, dtype=dtype, device=device))
+        self.weight = GradSlot(self._shape, dtype, device)
+        self.weight._ecosim_store = self
+        self.bias = (nn.Parameter(torch.zeros(self.out_features, dtype=dtype, device=device))
+                     if bias else None)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, quantizer: Quantizer, *, key=0,
+                    name: str = "weight") -> "QuantizedLinear":
+        """A layer holding ``q(linear.weight)`` (SR key ``fold_in(key, "init", name)``) and a
+        copy of its bias."""
+        w = linear.weight.detach()
+        if w.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"{name!r} is {w.dtype}; stored weights start from float32 or "
+                            "float64 weights")
+        if not bool(torch.isfinite(w).all()):
+            raise ValueError(f"{name!r} has non-finite values")
+        out = cls(linear.in_features, linear.out_features, quantizer,
+                  bias=linear.bias is not None, name=name, dtype=w.dtype, device=w.device)
+        out.write(w, key=rng.fold_in(rng.as_key(key), "init", name)
+                  if quantizer.mode == "sr" else None)
+        if linear.bias is not None:
+            with torch.no_grad():
+                out.bias.copy_(linear.bias)
+            out.bias.requires_grad_(linear.bias.requires_grad)
+        out.weight.requires_grad_(linear.weight.requires_grad)
+        return out
+
+    # -- storage ----------------------------------------------------------------------------
+    def _decode(self, codes, scales) -> torch.Tensor:
+        return self._codec.decode(_typed(codes, self._codec.typed),
+                                  _typed(scales, self._codec.scales_typed), self._shape,
+                                  self._value_dtype)
+
+    def read(self) -> torch.Tensor:
+        """The stored weights, dequantized: ``fl(s * code)`` (a new tensor)."""
+        return self._decode(self.codes, self.scales)
+
+    @torch.no_grad()
+    def write(self, x: torch.Tensor, *, key=None) -> torch.Tensor:
+        """Store ``q(x)`` (SR with ``key``) in place and return its dequantized values."""
+        if tuple(x.shape) != self._shape:
+            raise ValueError(f"{self.name!r} holds shape {self._shape}, got {tuple(x.shape)}")
+        values, codes, scales = self._codec.encode(x.to(self._value_dtype), key)
+        self.codes.copy_(_raw(codes))
+        if scales is not None:
+            self.scales.copy_(_raw(scales))
+        return values
+
+    def encoded(self) -> Encoded:
+        """The stored weights as :class:`ecosim.torch.Encoded` (views of the buffers: codes in
+        their torch dtype, e.g. ``float8_e4m3fn``)."""
+        scales = _typed(self.scales, self._codec.scales_typed)
+        if self._codec.cast:  # the unit scale of a plain cast, as Quantizer.encode gives it
+            scales = torch.ones((1, 1), dtype=self._value_dtype, device=self.codes.device)
+        return Encoded(codes=_typed(self.codes, self._codec.typed), scales=scales,
+                       shape=self._shape, dtype=self._value_dtype,
+                       packed_bits=self._codec.packed)
+
+    # -- nn.Module --------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _StoredLinear.apply(x, self.weight, self.bias, self)
+
+    def extra_repr(self) -> str:
+        q = self.quantizer
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, fmt={q.fmt.name}, mode={q.mode}, "
+                f"granularity={q.granularity}, name={self.name!r}")
+
+    def _apply(self, fn, recurse=True):
+        # Conversions move the codes and scales but never change them (``.half()`` would
+        # round float32 scales); the slot is shrunk to its one element for the conversion
+        # (a plain ``.to()`` of a broadcast tensor materialises it) and broadcast again.
+        scales = self.scales
+        slot = self.weight
+        slot.data = torch.zeros((), dtype=slot.dtype, device=slot.device)
+        try:
+            out = super()._apply(fn, recurse)
+        finally:
+            new = self._parameters["weight"]
+            if new is not slot:  # a conversion that replaced the Parameter object
+                slot.data = new.data
+                self._parameters["weight"] = slot
+            slot.data = slot.data.reshape(()).expand(self._shape)
+        if self.scales.dtype != scales.dtype:
+            self.scales = scales.to(self.scales.device)
+        return out
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        destination.pop(prefix + "weight", None)  # the slot holds no values
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        state_dict.pop(prefix + "weight", None)
+        params = self._parameters
+        kept = list(params.items())
+        params.pop("weight")
+        try:
+            super()._load_from_state_dict(state_dict, prefix, local_metadata, strict,
+                                          missing_keys, unexpected_keys, error_msgs)
+        finally:
+            params.clear()
+            params.update(kept)
+
+
+def store_weights(model: nn.Module, quantizer: Quantizer, *, key=0,
+                  predicate: Callable[[str, nn.Module], bool] | None = None) -> list[str]:
+    """Replace ``nn.Linear`` modules of ``model`` in place by :class:`QuantizedLinear`.
+
+    Args:
+        model: the model (modified in place); not itself an ``nn.Linear``.
+        quantizer: the :class:`ecosim.torch.Quantizer` of the stored weights.
+        key: root key of the initial write: the weight of module ``"a.b"`` is stored as
+            ``q(W)`` with SR key ``fold_in(key, "init", "a.b.weight")``, the write an ECO
+            optimizer built with the same key makes on a float32 parameter of that name.
+        predicate: ``predicate(module_path, module) -> bool`` chooses among the modules of
+            type exactly ``nn.Linear``; default: all of them.
+
+    Returns:
+        The parameter names of the stored weights (``"a.b.weight"``, ...).
+
+    Raises:
+        TypeError: ``model`` is an ``nn.Linear`` (there is no parent to put the new layer in:
+            use :meth:`QuantizedLinear.from_linear`) or ``quantizer`` is not a torch Quantizer.
+        ValueError: nothing matched, or a chosen weight is tied to another parameter.
+    """
+    if isinstance(model, nn.Linear):
+        raise TypeError("store_weights replaces submodules in place; for a bare nn.Linear use "
+                        "QuantizedLinear.from_linear(linear, quantizer)")
+    if not isinstance(quantizer, Quantizer):
+        raise TypeError(f"quantizer must be an ecosim.torch.Quantizer, got "
+                        f"{type(quantizer).__name__}")
+    uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+    owners: dict[int, list[tuple[nn.Module, str]]] = {}
+    for _, parent in model.named_modules(remove_duplicate=False):
+        for child_name, child in parent._modules.items():
+            owners.setdefault(id(child), []).append((parent, child_name))
+    chosen = [(name, mod) for name, mod in model.named_modules()
+              if type(mod) is nn.Linear and (predicate is None or predicate(name, mod))]
+    if not chosen:
+        raise ValueError("store_weights: no nn.Linear module of the model matched the "
+                         "predicate")
+    for name, mod in chosen:
+        shared = uses[id(mod.weight)] - (len(owners.get(id(mod), [])) or 1)
+        if shared > 0:
+            raise ValueError(f"the weight of {name!r} is tied to another parameter; storing "
+                             "it as codes would break the tie (exclude it with predicate=)")
+    names = []
+    for name, mod in chosen:
+        pname = f"{name}.weight"
+        new = QuantizedLinear.from_linear(mod, quantizer, key=key, name=pname)
+        for parent, child_name in owners[id(mod)]:
+            setattr(parent, child_name, new)
+        names.append(pname)
+    return names
+
+
+# -- distributed ---------------------------------------------------------------------------------
+
+def data_parallel(model: nn.Module, **kwargs) -> nn.Module:
+    """``DistributedDataParallel(model, init_sync=False, **kwargs)`` after broadcasting the
+    model's state from rank 0.
+
+    DDP's own initial broadcast copies into every parameter, which a :class:`GradSlot` (one
+    element broadcast to a shape) cannot take; this function broadcasts everything else
+    (codes and scales as their raw bytes, other parameters, buffers) with
+    ``torch.distributed.broadcast`` and then builds DDP without its sync. Gradients are
+    averaged by DDP as usual (sum of ``g / world_size``: with a power-of-two world size the
+    division is exact).
+    """
+    import torch.distributed as dist
+
+    if kwargs.get("init_sync", False):
+        raise ValueError("data_parallel does the initial sync itself; init_sync must be False")
+    kwargs["init_sync"] = False
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        group = kwargs.get("process_group")
+        with torch.no_grad():
+            for p in model.parameters():
+                if not isinstance(p, GradSlot):
+                    dist.broadcast(p.data, 0, group=group)
+            for b in model.buffers():
+                dist.broadcast(_raw(b), 0, group=group)
+    return nn.parallel.DistributedDataParallel(model, **kwargs)
+
+
+# -- memory --------------------------------------------------------------------------------------
+
+_STATE_BUFFER = {"m": "m", "exp_avg": "m", "momentum_buffer": "m", "v": "v",
+                 "exp_avg_sq": "v", "master": "master", "e_prev": "e_prev", "c": "c",
+                 "w_scales": "weights"}
+
+
+class MeasuredMemory(NamedTuple):
+    """Bytes actually held, by buffer (the tensors' ``nbytes``; see :func:`measured_memory`).
+
+    Attributes:
+        weights: what the model holds for its parameters: codes + scales (+ the 4-byte slot)
+            for stored weights, the tensor for plain parameters.
+        master, m, v, e_prev, c: the optimizer states of that name (with their scales);
+            torch's ``exp_avg``/``exp_avg_sq``/``momentum_buffer`` count as ``m``/``v``/``m``.
+        other: any other optimizer state tensor (e.g. torch AdamW's ``step``).
+        n_params: number of parameter elements (a stored weight counts its full shape).
+    """
+
+    weights: int = 0
+    master: int = 0
+    m: int = 0
+    v: int = 0
+    e_prev: int = 0
+    c: int = 0
+    other: int = 0
+    n_params: int = 0
+
+    @property
+    def total(self) -> int:
+        """All bytes (parameters and optimizer states)."""
+        return sum(self[:-1])
+
+    def per_param(self) -> dict[str, float]:
+        """Bytes per parameter element, by buffer, plus ``"total"``."""
+        n = max(self.n_params, 1)
+        out = {k: getattr(self, k) / n for k in self._fields[:-1]}
+        out["total"] = self.total / n
+        return out
+
+
+def measured_memory(model: nn.Module | list, optimizer: torch.optim.Optimizer | None = None
+                    ) -> MeasuredMemory:
+    """The bytes a model's parameters and an optimizer's states actually hold.
+
+    Counts each parameter once (tied ones too): a stored weight as ``codes.nbytes +
+    scales.nbytes`` plus its slot's one element, any other parameter as its ``nbytes``; then
+    every tensor in ``optimizer.state`` of those parameters, by buffer name (a
+    ``"<buffer>_scales"`` entry counts with its buffer). Gradients and activations are
+    transient and not counted (SPEC.md section 6).
+
+    Example (AdamW, master FP32 weights vs ECO with FP8 codes):
+        >>> import torch
+        >>> from ecosim.torch import ECOAdamW, Quantizer
+        >>> q = Quantizer("e4m3", granularity="row")
+        >>> net = torch.nn.Sequential(torch.nn.Linear(256, 256, bias=False))
+        >>> opt = ECOAdamW(net.parameters(), 1e-3, scheme="master", weights=q)
+        >>> measured_memory(net, opt).per_param()["total"]      # 4 weights + 4 master + 4 + 4
+        16.015625
+        >>> _ = store_weights(net, q)
+        >>> opt = ECOAdamW(net.parameters(), 1e-3, scheme="eco")
+        >>> round(measured_memory(net, opt).per_param()["total"], 4)   # 1 + 4/256 + 4 + 4
+        9.0157
+    """
+    params = list(model.parameters()) if isinstance(model, nn.Module) else list(model)
+    seen, acc = set(), Counter()
+    n = 0
+    for p in params:
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        n += p.numel()
+        layer = stored(p)
+        if layer is not None:
+            acc["weights"] += (layer.codes.nbytes + layer.scales.nbytes
+                               + p.untyped_storage().nbytes())
+        else:
+            acc["weights"] += p.nbytes
+        if optimizer is None or p not in optimizer.state:
+            continue
+        for k, v in optimizer.state[p].items():
+            if not isinstance(v, torch.Tensor):
+                continue
+            base = k[:-len("_scales")] if k.endswith("_scales") and k not in _STATE_BUFFER else k
+            acc[_STATE_BUFFER.get(base, "other")] += v.nbytes
+    return MeasuredMemory(**acc, n_params=n)
