@@ -1,0 +1,113 @@
+"""Two processes under DDP (gloo, CPU) train bit-identically to one process that accumulates.
+
+``torchrun --standalone --nproc_per_node 2`` runs ``python -m ecosim.torch.lm`` with
+``grad_accum=1``; the reference is one process with ``grad_accum=2`` and the same global batch.
+Process ``r`` draws micro-batch ``j = r`` of each step, which the single process draws at
+accumulation step ``a = j``; it scales each micro-batch loss by 1/2 where DDP divides the
+summed gradient by 2, and both are exact (powers of two), so the final weights, the optimizer
+states and every logged loss must be *equal*, not close.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+from ecosim.torch import lm  # noqa: E402
+from ecosim.torch import data as lmdata  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="needs torch.distributed with gloo")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    out = bytearray()
+    for f in lmdata.corpus_files(lmdata.default_corpus_path(), (".py",)):
+        out += f.read_bytes()
+        if len(out) > 200_000:
+            break
+    path = tmp_path_factory.mktemp("corpus") / "text.py"
+    path.write_bytes(bytes(out))
+    return str(path)
+
+
+def _run_torchrun(args, tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", "-m", "ecosim.torch.lm", *args]
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p
+
+
+COMMON = dict(preset="tiny", method="fp8_eco_sr", steps=4, batch=4, seq=32, eval_every=2,
+              eval_batches=3, log_every=1)
+
+
+def _cli(corpus, **kw):
+    return [a for k, v in {**COMMON, "data": corpus, **kw}.items()
+            for a in (f"--{k.replace('_', '-')}", str(v))] + ["--quiet"]
+
+
+@pytest.fixture(scope="module")
+def one(corpus, tmp_path_factory):
+    """The one-process reference: grad_accum=2, same global batch; record and checkpoint."""
+    out = tmp_path_factory.mktemp("one")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers' thread count: same kernels, same sums
+    try:
+        rec = lm.train(lm.LMConfig(grad_accum=2, out=str(out), data=corpus, quiet=True,
+                                      **COMMON))
+    finally:
+        torch.set_num_threads(n)
+    return rec, torch.load(out / lm.CHECKPOINT, weights_only=True)
+
+
+def _assert_same_state(a, b):
+    assert a["model"].keys() == b["model"].keys()
+    for k in b["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    for oa, ob in zip(a["optimizers"], b["optimizers"], strict=True):
+        for i, st in ob["state"].items():
+            for k, v in st.items():
+                if torch.is_tensor(v):
+                    assert torch.equal(oa["state"][i][k], v), (i, k)
+
+
+def test_two_processes_equal_one_with_accumulation(corpus, tmp_path, one):
+    rec1, ck1 = one
+    _run_torchrun(_cli(corpus, out=tmp_path / "ddp", results=tmp_path / "ddp.jsonl"), tmp_path)
+    lines = (tmp_path / "ddp.jsonl").read_text().splitlines()
+    assert len(lines) == 1  # only rank 0 writes
+    two = json.loads(lines[0])
+    assert (two["world_size"], two["grad_accum"]) == (2, 1)
+    assert (rec1["world_size"], rec1["grad_accum"]) == (1, 2)
+    assert two["global_batch"] == rec1["global_batch"] == 8
+    assert two["tokens"] == rec1["tokens"]
+    assert two["curve"] == rec1["curve"]  # every training and validation loss, exactly
+    assert two["final_train_loss"] == rec1["final_train_loss"]
+    _assert_same_state(torch.load(tmp_path / "ddp" / lm.CHECKPOINT, weights_only=True), ck1)
+
+
+def test_ddp_checkpoint_resumes_in_one_process(corpus, tmp_path, one):
+    """Stop a 2-process run halfway, finish it in one process with grad_accum=2: the same run."""
+    rec1, ck1 = one
+    _run_torchrun(_cli(corpus, out=tmp_path / "ck", stop_after=2), tmp_path)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rec = lm.train(lm.LMConfig(grad_accum=2, out=str(tmp_path / "ck"), resume=True,
+                                      data=corpus, quiet=True, **COMMON))
+    finally:
+        torch.set_num_threads(n)
+    assert rec["curve"] == rec1["curve"] and rec["segments"] == 2
+    _assert_same_state(torch.load(tmp_path / "ck" / lm.CHECKPOINT, weights_only=True), ck1)
