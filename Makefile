@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+TORCH  := $(VENV)/.torch
 # ecosim's matmuls are small: one BLAS thread per process is faster than a pool fighting over
 # two cores (measured 4 vs 21 ms per MLP step under load). A value set by the user wins.
 export OPENBLAS_NUM_THREADS ?= 1
@@ -19,9 +20,12 @@ $(STAMP): pyproject.toml
 
 # The optional torch backend: the pinned CPU build (a bare `pip install torch` may fetch a
 # multi-GB CUDA build), then the extra, which that version satisfies.
-torch: $(STAMP)
+$(TORCH): $(STAMP)
 	$(PY) -m pip install --quiet 'torch==2.13.0'
 	$(PY) -m pip install --quiet -e '.[test,torch]'
+	touch $(TORCH)
+
+torch: $(TORCH)
 
 test: $(STAMP)
 	$(PY) -m pytest -p no:cacheprovider
@@ -29,7 +33,8 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -p no:cacheprovider -m slow
 
-figures: $(STAMP)
+# the language-model figures (lm_table, lm_pareto) train with the torch backend
+figures: $(TORCH)
 	$(PY) -m ecosim figures --out figures --jobs 2
 	$(PY) -m ecosim readme
 

@@ -54,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="build only these figures")
     p.add_argument("--out", metavar="DIR", default="figures",
                    help="output directory (default: figures)")
+    p.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[],
+                   metavar="EXP.KEY=VALUE",
+                   help="override an experiment's config field, e.g. "
+                        "lm.results_file=runs.jsonl (plots a results file of "
+                        "python -m ecosim.torch.lm)")
     common(p)
     p.set_defaults(func=_cmd_figures)
 
@@ -127,6 +132,21 @@ def _cmd_figures(args) -> int:
             raise _UsageError(f"unknown figure(s) {', '.join(map(repr, unknown))}; "
                               f"registered: {', '.join(registered)}")
     names = args.only or list(registered)
+    configs = _figure_configs(args, {e for n in names for e in registered[n].experiments})
+    skipped = {}
+    for n in names:  # figures whose experiments need a package that is not installed
+        miss = sorted({m for e in registered[n].experiments if e not in configs
+                       for m in E.get(e).missing()})
+        if miss:
+            skipped[n] = miss
+    if skipped and args.only:
+        n, miss = next(iter(skipped.items()))
+        raise _UsageError(f"figure {n!r} needs {', '.join(miss)}: install it (`make torch` "
+                          "for torch) or pass a results file with --set")
+    for n, miss in skipped.items():
+        print(f"ecosim figures: skipping {n!r}: needs {', '.join(miss)} (`make torch`)",
+              file=sys.stderr)
+    names = [n for n in names if n not in skipped]
     cache = E.Cache(args.cache)
     n_exp = len({e for n in names for e in registered[n].experiments})
     print(f"ecosim figures: {len(names)} figure(s) from {n_exp} experiment(s)"
@@ -135,7 +155,7 @@ def _cmd_figures(args) -> int:
     executor = _executor(args.jobs)
     try:
         report = F.build(names, out=args.out, smoke=args.smoke, cache=cache,
-                         executor=executor, progress=_progress(args))
+                         executor=executor, progress=_progress(args), configs=configs)
     except BaseException:
         executor.shutdown(wait=False, cancel_futures=True)
         raise
@@ -158,6 +178,28 @@ def _cmd_figures(args) -> int:
           f"{fig_s:.1f} s): {report.computed} unit(s) computed, {report.cached} cached; "
           f"{n_files} files, {n_changed} changed")
     return 0
+
+
+def _figure_configs(args, needed: set[str]) -> dict:
+    """``--set EXP.KEY=VALUE`` overrides as configs of the experiments they name."""
+    from . import experiments as E
+
+    grouped: dict[str, list[str]] = {}
+    for item in args.overrides:
+        exp, dot, rest = str(item).partition(".")
+        if not dot or "=" not in rest:
+            raise _UsageError(f"--set {item!r}: expected EXPERIMENT.KEY=VALUE")
+        if exp not in needed:
+            raise _UsageError(f"--set {item!r}: experiment {exp!r} is not read by the "
+                              f"figures being built ({', '.join(sorted(needed))})")
+        grouped.setdefault(exp, []).append(rest)
+    configs = {}
+    for exp, items in grouped.items():
+        try:
+            configs[exp] = E.get(exp).default_config(smoke=args.smoke).override(items)
+        except E.ConfigError as exc:
+            raise _UsageError(str(exc)) from None
+    return configs
 
 
 def _cmd_list(args) -> int:

@@ -311,6 +311,13 @@ class Experiment:
     units: Callable[[Any], Sequence[Mapping[str, Any]]] | None = None
     combine: Callable[[Any, list, list], Mapping[str, Any]] | None = None
     description: str = ""
+    requires: tuple[str, ...] = ()  # optional packages the compute function imports
+
+    def missing(self) -> list[str]:
+        """The packages of ``requires`` that are not installed."""
+        import importlib.util
+
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -374,7 +381,7 @@ _REGISTRY: dict[str, Experiment] = {}
 
 
 def experiment(name: str, config: type, *, version: str, units=None, combine=None,
-               description: str | None = None):
+               description: str | None = None, requires: Sequence[str] = ()):
     """Register ``compute`` as experiment ``name`` (decorator); returns the function unchanged.
 
     Args:
@@ -386,12 +393,14 @@ def experiment(name: str, config: type, *, version: str, units=None, combine=Non
         combine: optional ``(config, units, unit_results) -> results``; default
             :func:`stack_units`.
         description: one line for ``ecosim list`` (default: the docstring's first line).
+        requires: optional packages (import names) the compute function needs, e.g.
+            ``("torch",)``; ``ecosim figures`` skips figures whose experiments lack them.
     """
     def register(compute):
         doc = description if description is not None else (compute.__doc__ or "").strip()
         exp = Experiment(name=name, config=config, compute=compute, version=version,
                          units=units, combine=combine, description=doc.splitlines()[0] if doc
-                         else "")
+                         else "", requires=tuple(requires))
         if name in _REGISTRY:
             raise ValueError(f"experiment {name!r} is registered twice")
         _REGISTRY[name] = exp
