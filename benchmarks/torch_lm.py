@@ -1,0 +1,159 @@
+"""ECO against master weights on the language-model presets: step time, memory, tokens/s.
+
+For each preset (``ecosim.torch.model.PRESETS``) and each method, on one device:
+
+* ``step ms``: median wall time of one ``ECOAdamW.step`` over the block-internal linears
+  (FP8 E4M3 row-wise; random gradients of a realistic size; synchronised on CUDA), and its
+  ratio to the master step with the same rounding (target: ECO <= 1.1x master);
+* ``static B/p``: bytes per parameter of those linears actually held between steps (codes +
+  scales or FP32 values, plus the optimizer states; :func:`ecosim.torch.nn.measured_memory`),
+  and on CUDA ``torch.cuda.memory_allocated`` after a step with the gradients freed, per
+  parameter of the whole model (embedding and head in FP32 with plain AdamW included);
+* ``peak B/p`` (CUDA only): ``torch.cuda.max_memory_allocated`` over full training steps
+  (forward, backward, clipping, both optimizers) per parameter of the whole model: gradients
+  and activations included;
+* ``tok/s``: tokens per second of those full training steps.
+
+Methods: ``master`` (FP32 parameters + FP32 master copy: what a user has today), ``master``
+with FP8 code storage, ``eco`` with FP32 parameters, ``eco`` with FP8 code storage (the ECO
+paper's 9 bytes per parameter). The master schemes' stored FP8 copy is real in the code
+storage rows (1 byte), so they show 13 bytes, not the paper's 12.
+
+Usage::
+
+    python benchmarks/torch_lm.py                                  # CPU: tiny and small
+    python benchmarks/torch_lm.py --device cuda --presets 30m 200m # what benchmarks/gpu.sh runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+from ecosim.torch import ECOAdamW, Quantizer
+from ecosim.torch.model import PRESETS, Transformer, param_counts, quantized_names
+from ecosim.torch.nn import measured_memory, store_weights
+
+ROWS = (("master", "param"), ("master", "codes"), ("eco", "param"), ("eco", "codes"))
+
+
+def _sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def build(preset: str, scheme: str, storage: str, mode: str, dev, lr: float):
+    """The model (FP32) and its two optimizers: ECOAdamW over the block linears, AdamW over
+    the embedding, head and norm gains (as ``python -m ecosim.torch.lm`` builds them)."""
+    cfg = PRESETS[preset].model
+    gen = torch.Generator().manual_seed(0)
+    model = Transformer(cfg, gen).to(dev)
+    qn = set(quantized_names(model))
+    q = Quantizer("e4m3", mode, granularity="row")
+    weights = q
+    if storage == "codes":
+        layers = {n.rsplit(".", 1)[0] for n in qn}
+        store_weights(model, q, key=0, predicate=lambda name, mod: name in layers)
+        weights = None
+    named = list(model.named_parameters())
+    hp = dict(betas=(0.9, 0.98), eps=1e-9)
+    eco = ECOAdamW([(n, p) for n, p in named if n in qn], lr, weight_decay=0.1, scheme=scheme,
+                   weights=weights, key=0, **hp)
+    rest = torch.optim.AdamW([p for n, p in named if n not in qn], lr=lr, weight_decay=0.1,
+                             **hp)
+    return model, [eco, rest], [p for n, p in named if n in qn]
+
+
+def time_opt_step(opt, qparams, reps: int, dev) -> float:
+    g = torch.Generator(device="cpu").manual_seed(1)
+    for p in qparams:
+        p.grad = (torch.randn(p.shape, generator=g) * 1e-3).to(dev)
+    opt.step()  # warm-up (states allocated)
+    times = []
+    for _ in range(reps):
+        _sync(dev)
+        t0 = time.perf_counter()
+        opt.step()
+        _sync(dev)
+        times.append(time.perf_counter() - t0)
+    for p in qparams:
+        p.grad = None
+    return statistics.median(times)
+
+
+def train_steps(model, opts, steps: int, batch: int, seq: int, dev) -> tuple[float, int]:
+    """tokens/s of full training steps, and the peak allocated bytes (CUDA; 0 on CPU)."""
+    gen = torch.Generator().manual_seed(2)
+    params = list(model.parameters())
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    t0 = None
+    for i in range(steps + 1):  # the first step warms up
+        if i == 1:
+            _sync(dev)
+            t0 = time.perf_counter()
+        x = torch.randint(0, 256, (batch, seq + 1), generator=gen).to(dev)
+        for o in opts:
+            o.zero_grad(set_to_none=True)
+        loss = model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        for o in opts:
+            o.step()
+    _sync(dev)
+    dt = time.perf_counter() - t0
+    peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0
+    return steps * batch * seq / dt, peak
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--presets", nargs="+", default=["tiny", "small"])
+    ap.add_argument("--modes", nargs="+", default=["rtn", "sr"], choices=["rtn", "sr"])
+    ap.add_argument("--reps", type=int, default=5, help="timed optimizer steps (median)")
+    ap.add_argument("--train-steps", type=int, default=3, help="timed full training steps")
+    ap.add_argument("--batch", type=int, default=None, help="default: the preset's")
+    ap.add_argument("--seq", type=int, default=None, help="default: the preset's")
+    args = ap.parse_args(argv)
+    dev = torch.device(args.device)
+    print(f"# torch {torch.__version__}, {platform.machine()}, device {dev}"
+          + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else "")
+          + f", threads {torch.get_num_threads()}")
+    print("| preset | quantized params | rounding | scheme | storage | step ms | x master | "
+          "static B/p (linears) | allocated B/p (model) | peak B/p (model) | tok/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for preset in args.presets:
+        pc = param_counts(preset)
+        pr = PRESETS[preset]
+        batch, seq = args.batch or pr.batch, args.seq or pr.seq
+        for mode in args.modes:
+            base = {}
+            for scheme, storage in ROWS:
+                if dev.type == "cuda":
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats(dev)
+                model, opts, qparams = build(preset, scheme, storage, mode, dev, pr.lr)
+                step = time_opt_step(opts[0], qparams, args.reps, dev)
+                base.setdefault(storage, step if scheme == "master" else math.nan)
+                static = measured_memory(qparams, opts[0]).per_param()["total"]
+                alloc = (torch.cuda.memory_allocated(dev) / pc["total"] if dev.type == "cuda"
+                         else math.nan)
+                tps, peak = train_steps(model, opts, args.train_steps, batch, seq, dev)
+                print(f"| {preset} | {pc['quantized'] / 1e6:.2f}M | {mode} | {scheme} | "
+                      f"{storage} | {step * 1e3:.1f} | {step / base[storage]:.2f} | "
+                      f"{static:.2f} | {alloc:.2f} | "
+                      f"{peak / pc['total'] if peak else math.nan:.2f} | {tps:,.0f} |",
+                      flush=True)
+                del model, opts, qparams
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
