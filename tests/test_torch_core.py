@@ -392,6 +392,15 @@ def test_given_scales_and_errors():
     bad[2, 0] = float("nan")
     with pytest.raises(ValueError, match="non-finite"):
         q(bad)
+    # every data-dependent scale refuses NaN and +-inf, whatever the block (the check reads
+    # the per-block amax or mean, which propagate them)
+    for value in (float("nan"), float("inf"), -float("inf")):
+        for scale, gran in (("absmax", "row"), ("absmax", "tensor"), ("absmean", "row"),
+                            ("absmax_pow2", 16)):
+            bad = to_torch(W).clone()
+            bad[-1, -1] = value
+            with pytest.raises(ValueError, match="has 1 non-finite values"):
+                et.Quantizer("e4m3", scale=scale, granularity=gran)(bad)
     with pytest.raises(ValueError, match="does not divide"):
         et.Quantizer("int4", granularity=40)(to_torch(W))
     with pytest.raises(ValueError, match="mode='sr'"):

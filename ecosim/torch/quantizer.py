@@ -153,13 +153,10 @@ class Quantizer:
         dt = self._scales_dtype(xb)
         if self.fixed:
             return torch.full((1,) * xb.ndim, self.scale, dtype=dt, device=xb.device)
-        bad = ~torch.isfinite(xb)
-        if bool(bad.any()):
-            raise ValueError(f"input has {int(bad.sum())} non-finite values; a data-dependent "
-                             "scale is undefined (check gradients/updates for inf/NaN)")
         a = xb.to(dt).abs()
         if self.scale == "absmean":
             s = _numpy_mean(a, axes).to(dt)
+            _check_finite(s, xb)  # a mean propagates inf and NaN
         else:
             if a.numel() == 0:
                 amax = a.new_zeros(self._scale_shape(xb, axes))
@@ -167,6 +164,7 @@ class Quantizer:
                 amax = a.amax(dim=axes, keepdim=True)
             else:
                 amax = a
+            _check_finite(amax, xb)  # amax propagates NaN (and inf): one check per block
             if self.scale == "absmax":
                 s = amax / torch.tensor(self.rho, dtype=dt)  # rho rounded to dt, as NumPy's
             else:
@@ -285,6 +283,14 @@ class Quantizer:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+def _check_finite(reduced: torch.Tensor, xb: torch.Tensor) -> None:
+    """Refuse a non-finite input, seen through its per-block reduction (amax or mean)."""
+    if not bool(torch.isfinite(reduced).all()):
+        bad = int((~torch.isfinite(xb)).sum())
+        raise ValueError(f"input has {bad} non-finite values; a data-dependent scale is "
+                         "undefined (check gradients/updates for inf/NaN)")
+
 
 def _check_float(x) -> torch.Tensor:
     x = _as_float_tensor(x)
