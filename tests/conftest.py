@@ -1,7 +1,13 @@
-"""Shared test configuration: deterministic hypothesis profiles."""
+"""Shared test configuration: deterministic hypothesis profiles; torch test fixtures."""
 import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # CI: fixed seed (derandomize), bounded example counts, no deadline (shared noisy machines).
 settings.register_profile(
@@ -13,3 +19,37 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile("wide", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# -- torch backend: a corpus slice and torchrun (used by tests/test_torch_{lm,ddp,fsdp}.py) ------
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """The first ~400 kB of the standard library corpus (whole files, in corpus order) as one
+    file: what the language-model tests train on."""
+    from ecosim.torch import data as lmdata  # imports torch: only where a test asks for it
+
+    out = bytearray()
+    for f in lmdata.corpus_files(lmdata.default_corpus_path(), (".py",)):
+        out += f.read_bytes()
+        if len(out) > 400_000:
+            break
+    path = tmp_path_factory.mktemp("corpus") / "text.py"
+    path.write_bytes(bytes(out))
+    return str(path)
+
+
+@pytest.fixture
+def torchrun():
+    """``torchrun(args, cwd)``: ``torchrun --standalone --nproc_per_node 2 ARGS`` with one
+    thread per process and this checkout importable; asserts success, returns the process."""
+    def run(args, cwd):
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+                   MKL_NUM_THREADS="1",
+                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", "2", *map(str, args)]
+        p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        return p
+    return run

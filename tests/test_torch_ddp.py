@@ -9,10 +9,6 @@ states and every logged loss must be *equal*, not close.
 """
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,33 +16,9 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from ecosim.torch import lm  # noqa: E402
-from ecosim.torch import data as lmdata  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="needs torch.distributed with gloo")
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    out = bytearray()
-    for f in lmdata.corpus_files(lmdata.default_corpus_path(), (".py",)):
-        out += f.read_bytes()
-        if len(out) > 200_000:
-            break
-    path = tmp_path_factory.mktemp("corpus") / "text.py"
-    path.write_bytes(bytes(out))
-    return str(path)
-
-
-def _run_torchrun(args, tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "2", "-m", "ecosim.torch.lm", *args]
-    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    return p
 
 
 COMMON = dict(preset="tiny", method="fp8_eco_sr", steps=4, batch=4, seq=32, eval_every=2,
@@ -83,9 +55,10 @@ def _assert_same_state(a, b):
                     assert torch.equal(oa["state"][i][k], v), (i, k)
 
 
-def test_two_processes_equal_one_with_accumulation(corpus, tmp_path, one):
+def test_two_processes_equal_one_with_accumulation(corpus, tmp_path, one, torchrun):
     rec1, ck1 = one
-    _run_torchrun(_cli(corpus, out=tmp_path / "ddp", results=tmp_path / "ddp.jsonl"), tmp_path)
+    torchrun(["-m", "ecosim.torch.lm",
+              *_cli(corpus, out=tmp_path / "ddp", results=tmp_path / "ddp.jsonl")], tmp_path)
     lines = (tmp_path / "ddp.jsonl").read_text().splitlines()
     assert len(lines) == 1  # only rank 0 writes
     two = json.loads(lines[0])
@@ -98,10 +71,10 @@ def test_two_processes_equal_one_with_accumulation(corpus, tmp_path, one):
     _assert_same_state(torch.load(tmp_path / "ddp" / lm.CHECKPOINT, weights_only=True), ck1)
 
 
-def test_ddp_checkpoint_resumes_in_one_process(corpus, tmp_path, one):
+def test_ddp_checkpoint_resumes_in_one_process(corpus, tmp_path, one, torchrun):
     """Stop a 2-process run halfway, finish it in one process with grad_accum=2: the same run."""
     rec1, ck1 = one
-    _run_torchrun(_cli(corpus, out=tmp_path / "ck", stop_after=2), tmp_path)
+    torchrun(["-m", "ecosim.torch.lm", *_cli(corpus, out=tmp_path / "ck", stop_after=2)], tmp_path)
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

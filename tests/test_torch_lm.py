@@ -31,19 +31,6 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
-@pytest.fixture(scope="session")
-def corpus(tmp_path_factory):
-    """The first ~400 kB of the stdlib corpus (whole files, in corpus order), as one file."""
-    out = bytearray()
-    for f in lmdata.corpus_files(lmdata.default_corpus_path(), (".py",)):
-        out += f.read_bytes()
-        if len(out) > 400_000:
-            break
-    path = tmp_path_factory.mktemp("corpus") / "text.py"
-    path.write_bytes(bytes(out))
-    return str(path)
-
-
 def _cfg(corpus, **kw):
     base = dict(preset="tiny", steps=STEPS, batch=8, data=corpus, eval_every=20,
                 eval_batches=2, quiet=True)
@@ -328,8 +315,8 @@ def test_bad_input_is_a_clear_error(corpus, tmp_path):
         lm.LMConfig(resume=True)
     with pytest.raises(ValueError, match="storage"):
         lm.LMConfig(storage="fp16")
-    with pytest.raises(NotImplementedError, match="FSDP2"):
-        lm.LMConfig(fsdp=True)
+    with pytest.raises(ValueError, match="fsdp needs storage='param'"):
+        lm.LMConfig(fsdp=True)  # the default storage, codes, cannot be sharded
     with pytest.raises(ValueError, match="too few"):
         lm.train(_cfg(corpus, seq=100_000, steps=1))
     with pytest.raises(TypeError, match="LMConfig"):

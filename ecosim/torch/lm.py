@@ -24,7 +24,8 @@ name               scheme      weights                               paper row
 
 Recipe (SPEC.md section 7): AdamW ``betas=(0.9, 0.98)``, ``eps=1e-9``, weight decay 0.1 on
 every matrix (embedding, head, linears; not on norm gains), gradient clipping at global norm
-1.0 over all parameters, learning rate warmed up linearly over the first 10% of the steps and
+1.0 over all parameters (the norm computed so that sharding cannot change it; see FSDP2
+below), learning rate warmed up linearly over the first 10% of the steps and
 then cosine-decayed to 0.1x the peak; the peak comes from the preset. Activations and
 gradients stay in FP32 (the paper also rounds activations to FP8 with RTN; not done here).
 
@@ -39,6 +40,23 @@ gradients, weights and losses (tests/test_torch_ddp.py), and a checkpoint writte
 layout resumes under the other. A resumed run continues bit-exactly: the checkpoint holds the
 model, both optimizers (the ECO optimizer's step counter keys its SR bits), the schedulers,
 the loss history and the step (the data position is a function of the step).
+
+FSDP2 (``--fsdp``, with ``--storage param``): every block and the root are ``fully_shard``-ed
+on a 1-D mesh of all processes, so each process holds the rows ``r * ceil(n0 / W) ...`` of
+every parameter and of its optimizer states; ECOAdamW updates those rows (row-wise scales
+need no communication; SR bits of element ``i`` of the whole tensor come from counter ``i``
+in whichever process holds it) and the gradients are reduce-scattered (a sum of ``W`` values
+divided by ``W``, exact for ``W = 2``). Gradient clipping uses a norm that does not depend on
+how the rows are split: per-row sums of squares in float64 (whole rows, the same kernel on one
+process or several), gathered into the global row order, summed per parameter, the parameters
+summed with ``math.fsum``; ``torch.nn.utils.clip_grad_norm_`` would sum local shards and then
+processes, whose different rounding changed the clipping coefficient in the last bit and, from
+there, the trajectory. Evaluation runs the same number of forwards on every process (FSDP's
+forward is collective). Checkpoints hold the full (gathered) model and optimizer states, the
+same file an unsharded run writes, so runs resume across layouts (sharded or not, any world
+size). With two processes and ``grad_accum=1`` an FSDP run equals one process with
+``grad_accum=2`` bit for bit (tests/test_torch_fsdp.py); with ``grad_accum > 1`` FSDP (as
+DDP) reduces once per step, after summing the micro-batches locally, in a different order.
 
 Divergence: a non-finite loss or gradient norm, or a training loss above ``diverge_loss``
 (default ``1.5 ln 256 ~ 8.3`` nats, far worse than a uniform guess), stops the run and marks
@@ -198,11 +216,15 @@ class LMConfig:
         storage: where the quantized weights live: ``"codes"`` (default: real low-precision
             codes plus row scales in :class:`ecosim.torch.nn.QuantizedLinear` layers, no FP32
             copy between steps) or ``"param"`` (dequantized FP32 values in ordinary
-            parameters, the codes recoverable with ``ECOAdamW.encoded``). Both give the same
+            parameters, the codes recoverable with ``ECOAdamW.encoded``; needed by
+            ``fsdp``). Both give the same
             trajectory for naive and ECO, bit for bit; the master schemes start their master
             copy from ``q(W_0)`` with ``"codes"`` and from ``W_0`` with ``"param"``.
-        fsdp: shard with FSDP2; refused for now (see the error message: ECOAdamW does not
-            take DTensor parameters).
+        fsdp: shard every parameter on dim 0 with FSDP2 (``fully_shard`` on each block and
+            on the root; needs ``storage="param"``). The optimizers work on each process's
+            rows (:class:`~ecosim.torch.ECOAdamW` takes the DTensor parameters: row-wise
+            scales stay within a process and SR draws use the global element counters), so
+            the trajectory equals the unsharded one bit for bit (tests/test_torch_fsdp.py).
     """
 
     preset: str = "tiny"
@@ -271,13 +293,12 @@ class LMConfig:
             raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
-        if self.fsdp:
-            raise NotImplementedError(
-                "fsdp: FSDP2 (fully_shard) makes every parameter a DTensor, and ECOAdamW's "
-                "bit-level quantizer refuses DTensors (mixed torch.Tensor and DTensor); "
-                "running it on the local dim-0 shards would keep row scales right but draw SR "
-                "bits from counter 0 in every shard (they need the shard's global offset), "
-                "and checkpoints would need sharded state. Use DDP (torchrun) instead.")
+        if self.fsdp and self.storage != "param":
+            raise ValueError(
+                f"fsdp needs storage='param' (--storage param), got storage={self.storage!r}: "
+                "a QuantizedLinear holds its codes in buffers and takes its gradient through a "
+                "one-element GradSlot parameter broadcast to the weight's shape, which FSDP2 "
+                "cannot shard (it shards parameters, not buffers, and a slot has no rows)")
 
     def resolved(self, world_size: int = 1) -> "LMConfig":
         """This config with every None default filled in for ``world_size`` processes.
@@ -335,8 +356,10 @@ class _Env:
             dist.destroy_process_group()
 
 
-def _setup(device: str) -> _Env:
-    """Join the process group ``torchrun`` describes (if any) and pick this rank's device."""
+def _setup(device: str, fsdp: bool = False) -> _Env:
+    """Join the process group ``torchrun`` describes (if any) and pick this rank's device.
+
+    FSDP needs a process group even for one process: a private single-process one then."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     owns = False
     cuda = device.startswith("cuda")
@@ -348,6 +371,10 @@ def _setup(device: str) -> _Env:
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if cuda else "gloo")
+        owns = True
+    elif fsdp and not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0,
+                                world_size=1)
         owns = True
     if dist.is_initialized():
         return _Env(dist.get_rank(), dist.get_world_size(), dev, owns)
@@ -366,6 +393,121 @@ def _gather_tensor(t: torch.Tensor, env: _Env) -> torch.Tensor:
 def _barrier(env: _Env):
     if env.world > 1:
         dist.barrier()
+
+
+# -- FSDP2 ---------------------------------------------------------------------------------------
+
+def _is_dtensor(t) -> bool:
+    if not dist.is_available():
+        return False
+    from torch.distributed.tensor import DTensor
+    return isinstance(t, DTensor)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if _is_dtensor(t) else t
+
+
+def _fully_shard(model: Transformer, env: _Env) -> None:
+    """FSDP2: every block, then the root (embedding, final norm, head), on a 1-D mesh of all
+    processes. Every process built the same initial weights, so each keeps its own rows."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh(env.device.type, (env.world,))
+    for blk in model.blocks:
+        fully_shard(blk, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def _rows(t, full: torch.Tensor) -> torch.Tensor:
+    """The rows of the whole tensor ``full`` that the DTensor ``t`` holds here (torch.chunk's
+    split on dim 0, as ``Shard(0)``)."""
+    mesh = t.device_mesh
+    chunk = -(-full.shape[0] // mesh.size())
+    start = min(mesh.get_local_rank() * chunk, full.shape[0])
+    return full[start:start + t.to_local().shape[0]]
+
+
+def _full(x):
+    """``x`` (a state dict, nested) with every DTensor gathered into a whole tensor. A
+    collective: every process calls it, in the same order."""
+    if _is_dtensor(x):
+        return x.full_tensor()
+    if isinstance(x, dict):
+        return {k: _full(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_full(v) for v in x]
+    return x
+
+
+@torch.no_grad()
+def _load_full_model(model: torch.nn.Module, sd: dict) -> None:
+    """Load whole tensors into a (possibly FSDP-sharded) model: each process its rows."""
+    own = dict(model.named_parameters())
+    own.update(model.named_buffers())
+    if set(own) != set(sd):
+        raise ValueError(f"checkpoint model keys differ: missing {sorted(set(own) - set(sd))}, "
+                         f"unexpected {sorted(set(sd) - set(own))}")
+    for k, t in own.items():
+        src = sd[k].to(device=t.device, dtype=t.dtype)
+        if _is_dtensor(t):
+            t.to_local().copy_(_rows(t, src))
+        else:
+            t.copy_(src)
+
+
+def _shard_adamw_state(sd: dict, opt: torch.optim.Optimizer) -> dict:
+    """A torch optimizer's state dict of whole tensors, with the states of DTensor parameters
+    made DTensors holding this process's rows (``Optimizer.load_state_dict`` would keep them
+    whole, and the step would mix DTensors and tensors)."""
+    from torch.distributed.tensor import DTensor
+    params = [p for g in opt.param_groups for p in g["params"]]
+    state = {}
+    for i, st in sd["state"].items():
+        p = params[i]
+        state[i] = {k: DTensor.from_local(_rows(p, v.to(p.device)).clone(), p.device_mesh,
+                                          p.placements, run_check=False, shape=p.shape,
+                                          stride=p.stride())
+                    if (_is_dtensor(p) and torch.is_tensor(v) and not _is_dtensor(v)
+                        and tuple(v.shape) == tuple(p.shape)) else v
+                    for k, v in st.items()}
+    return dict(sd, state=state)
+
+
+def _clip_grad_norm(params, max_norm: float, env: _Env) -> float:
+    """Clip the gradients to global norm ``max_norm`` (``inf``: only measure it); return the
+    norm. The norm does not depend on how parameters are sharded on dim 0: per-row sums of
+    squares in float64 (whole rows, so the same reduction wherever a row lives), gathered into
+    the global row order, summed per parameter (vectors of the same length), and the
+    parameters' sums added with ``math.fsum``; the coefficient ``max_norm / (norm + 1e-6)``
+    (as ``clip_grad_norm_``), when below 1, multiplies every gradient in its own dtype."""
+    grads = [p.grad for p in params if p.grad is not None]
+    sums, sharded = [], []
+    for g in grads:
+        loc = _local(g).detach()
+        s = loc.reshape(loc.shape[0] if loc.ndim else 1, -1).to(torch.float64).square().sum(1)
+        if _is_dtensor(g):
+            n0 = g.shape[0]
+            chunk = -(-n0 // g.device_mesh.size())
+            sharded.append((len(sums), n0, chunk))
+            s = torch.cat([s, s.new_zeros(chunk - s.numel())])  # padded to equal sizes
+        sums.append(s)
+    if sharded:
+        idx = [i for i, *_ in sharded]
+        flat = torch.cat([sums[i] for i in idx])
+        allr = _gather_tensor(flat, env)  # (world, sum of chunks), rank order = row order
+        pos = 0
+        for i, n0, chunk in sharded:
+            sums[i] = allr[:, pos:pos + chunk].reshape(-1)[:n0]
+            pos += chunk
+    total = math.fsum(s.sum().item() for s in sums)
+    norm = math.sqrt(total)
+    coef = max_norm / (norm + 1e-6)
+    if coef < 1.0:
+        for g in grads:
+            loc = _local(g)
+            loc.mul_(torch.tensor(coef, dtype=loc.dtype, device=loc.device))
+    return norm
 
 
 # -- model and optimizers ----------------------------------------------------------------------
@@ -400,6 +542,7 @@ def _bytes_per_param(model, opts, cfg, method) -> dict:
     qn = quantized_names(model)
     shapes = {n: tuple(named[n].shape) for n in qn}
     n = sum(named[k].numel() for k in qn)
+    n_here = sum(_local(named[k]).numel() for k in qn)  # FSDP: this process's rows
     scheme = method.scheme or "fp"
     np_opt = _np_optim.adamw(cfg.lr, *cfg.betas, cfg.eps, cfg.weight_decay, scheme=scheme,
                              weights=method.numpy_quantizer())
@@ -411,9 +554,9 @@ def _bytes_per_param(model, opts, cfg, method) -> dict:
         p = named[name]
         st = opts[0].state[p]
         if method.scheme is None:
-            measured["weights"] += p.nbytes
-            measured["m"] += st["exp_avg"].nbytes
-            measured["v"] += st["exp_avg_sq"].nbytes
+            measured["weights"] += _local(p).nbytes
+            measured["m"] += _local(st["exp_avg"]).nbytes
+            measured["v"] += _local(st["exp_avg_sq"]).nbytes
             continue
         opt = opts[0]
         if method.scheme != "master":  # the paper's convention: a master's FP8 copy is transient
@@ -425,8 +568,8 @@ def _bytes_per_param(model, opts, cfg, method) -> dict:
         "n": n,
         "formula": formula.total / n,
         "formula_buffers": {k: v / n for k, v in formula._asdict().items() if v},
-        "measured": sum(measured.values()) / n,
-        "measured_buffers": {k: v / n for k, v in measured.items() if v},
+        "measured": sum(measured.values()) / n_here,
+        "measured_buffers": {k: v / n_here for k, v in measured.items() if v},
         "held": held["total"],
         "held_buffers": {k: v for k, v in held.items() if v and k != "total"},
         "note": ("formula: ecosim.memory.static_bytes (weights as codes + FP32 row scales, "
@@ -436,7 +579,8 @@ def _bytes_per_param(model, opts, cfg, method) -> dict:
                  "master schemes' copy left out as in the formula; held: everything this "
                  f"process holds for these layers (ecosim.torch.nn.measured_memory; "
                  f"storage={cfg.storage!r}: 'codes' holds codes + scales, 'param' FP32 values, "
-                 "plus the optimizer's states)"),
+                 "plus the optimizer's states; with fsdp, measured and held count this "
+                 "process's rows)"),
     }
 
 
@@ -445,7 +589,7 @@ def _bytes_per_param(model, opts, cfg, method) -> dict:
 # Fields that define the trajectory: a resume must match them (eval/log/io fields may change).
 _TRAJECTORY = ("preset", "method", "steps", "batch", "global_batch", "seq", "lr", "seed",
                "warmup", "final_lr", "betas", "eps", "weight_decay", "clip", "diverge_loss",
-               "storage", "fsdp")
+               "storage")  # not world_size, grad_accum, fsdp: layouts of the same run
 
 
 def _ckpt_path(cfg: LMConfig) -> Path:
@@ -501,7 +645,7 @@ def train(config: LMConfig) -> dict:
     """
     if not isinstance(config, LMConfig):
         raise TypeError(f"train takes an LMConfig, got {type(config).__name__}")
-    env = _setup(config.device)
+    env = _setup(config.device, config.fsdp)
     try:
         return _train(config.resolved(env.world), env)
     finally:
@@ -528,6 +672,8 @@ def _train(cfg: LMConfig, env: _Env) -> dict:
 
     gen = torch.Generator().manual_seed(rng.seed_of(rng.fold_in(cfg.seed, "init")))
     model = Transformer(preset.model, gen).to(dev)
+    if cfg.fsdp:
+        _fully_shard(model, env)
     opts = _optimizers(model, cfg, method)
     lam = lambda s: lr_factor(s, cfg.steps, cfg.warmup, cfg.final_lr)  # noqa: E731
     scheds = [torch.optim.lr_scheduler.LambdaLR(o, lam) for o in opts]
@@ -538,16 +684,21 @@ def _train(cfg: LMConfig, env: _Env) -> dict:
         ck = _load(cfg, dev, corpus.sha256)
         if ck["hist"]["record"] is not None:  # finished already: nothing to train
             return ck["hist"]["record"]
-        model.load_state_dict(ck["model"])
+        if cfg.fsdp:
+            _load_full_model(model, ck["model"])
+        else:
+            model.load_state_dict(ck["model"])
         for o, s in zip(opts, ck["optimizers"]):
-            o.load_state_dict(s)
+            # ECOAdamW takes whole states for its DTensor parameters itself
+            o.load_state_dict(s if not cfg.fsdp or isinstance(o, ECOAdamW)
+                              else _shard_adamw_state(s, o))
         for sch, s in zip(scheds, ck["schedulers"]):
             sch.load_state_dict(s)
         hist = ck["hist"]
     hist["segments"] += 1
 
     ddp = None
-    if W > 1:
+    if W > 1 and not cfg.fsdp:
         # data_parallel: DDP plus an initial broadcast that stored (code) layers can take;
         # every rank applies the same update with the same keys, so no buffer sync is needed
         ddp = data_parallel(model, device_ids=[dev.index] if dev.type == "cuda" else None,
@@ -562,22 +713,32 @@ def _train(cfg: LMConfig, env: _Env) -> dict:
 
     def evaluate() -> float:
         mine = [i for i in range(cfg.eval_batches) if i % W == env.rank]
-        vals = torch.full((len(range(0, cfg.eval_batches, W)),), math.nan, dtype=torch.float64)
+        per = len(range(0, cfg.eval_batches, W))
+        vals = torch.full((per,), math.nan, dtype=torch.float64)
         with torch.no_grad():
             for k, i in enumerate(mine):
                 x, y = _data.get_batch(val_tok, B, T, rng.fold_in(_VAL_KEY, i), dev)
                 vals[k] = model(x, y).item()
+            if cfg.fsdp:  # FSDP's forward is collective: every process runs `per` of them
+                for _ in range(per - len(mine)):
+                    model(*_data.get_batch(val_tok, B, T, rng.fold_in(_VAL_KEY, 0), dev))
         allv = _gather_tensor(vals.to(dev), env).cpu()  # (W, per-rank); batch i at [i%W, i//W]
         losses = [allv[i % W, i // W].item() for i in range(cfg.eval_batches)]
         return math.fsum(losses) / len(losses)
 
     def checkpoint():
-        if env.rank == 0 and ck_path is not None:
-            _save(ck_path, {
-                "format": _FORMAT, "config": {k: _jsonable(getattr(cfg, k)) for k in _TRAJECTORY},
-                "corpus_sha256": corpus.sha256, "world_size": W, "grad_accum": A,
-                "model": model.state_dict(), "optimizers": [o.state_dict() for o in opts],
-                "schedulers": [s.state_dict() for s in scheds], "hist": hist})
+        if ck_path is not None:
+            # FSDP: gathered into whole tensors (a collective), the file an unsharded run writes
+            msd = _full(model.state_dict()) if cfg.fsdp else model.state_dict()
+            osd = [o.state_dict() if not cfg.fsdp else o.full_state_dict()
+                   if isinstance(o, ECOAdamW) else _full(o.state_dict()) for o in opts]
+            if env.rank == 0:
+                _save(ck_path, {
+                    "format": _FORMAT,
+                    "config": {k: _jsonable(getattr(cfg, k)) for k in _TRAJECTORY},
+                    "corpus_sha256": corpus.sha256, "world_size": W, "grad_accum": A,
+                    "fsdp": cfg.fsdp, "model": msd, "optimizers": osd,
+                    "schedulers": [s.state_dict() for s in scheds], "hist": hist})
         _barrier(env)
 
     wall0 = hist["wall_s"]  # wall time of earlier segments
@@ -596,6 +757,8 @@ def _train(cfg: LMConfig, env: _Env) -> dict:
             x, y = _data.get_batch(train_tok, B, T, rng.fold_in(data_key, step, a * W + env.rank),
                                    dev)
             sync = ddp is None or a == A - 1
+            if cfg.fsdp:  # as DDP's no_sync: reduce once per step, after the last micro-batch
+                model.set_requires_gradient_sync(a == A - 1)
             with contextlib.nullcontext() if sync else ddp.no_sync():
                 loss = fwd(x, y)
                 (loss * (1.0 / A)).backward()
@@ -603,7 +766,7 @@ def _train(cfg: LMConfig, env: _Env) -> dict:
         # Micro-batch losses in global order j = a * W + r, summed in that order.
         allm = _gather_tensor(torch.stack(micro), env).cpu()  # (W, A)
         loss_v = math.fsum(allm.T.reshape(-1).tolist()) / (A * W)
-        gnorm = float(torch.nn.utils.clip_grad_norm_(params, cfg.clip or math.inf))
+        gnorm = _clip_grad_norm(params, cfg.clip or math.inf, env)
         why = None
         if not math.isfinite(loss_v) or not math.isfinite(gnorm):
             why = "non-finite loss or gradient"
@@ -777,7 +940,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--diverge-loss", type=float)
     ap.add_argument("--storage", default=d.storage, choices=STORAGES,
                     help="where the quantized weights live")
-    ap.add_argument("--fsdp", action="store_true", help="FSDP2 sharding (not supported yet)")
+    ap.add_argument("--fsdp", action="store_true",
+                    help="shard parameters and optimizer states with FSDP2 (needs --storage "
+                         "param; run under torchrun)")
     return ap
 
 

@@ -538,6 +538,13 @@ class MeasuredMemory(NamedTuple):
         return out
 
 
+def _local_part(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (what this process holds), else the tensor."""
+    if type(t).__name__ == "DTensor" and hasattr(t, "to_local"):
+        return t.to_local()
+    return t
+
+
 def measured_memory(model: nn.Module | list, optimizer: torch.optim.Optimizer | None = None
                     ) -> MeasuredMemory:
     """The bytes a model's parameters and an optimizer's states actually hold.
@@ -546,7 +553,8 @@ def measured_memory(model: nn.Module | list, optimizer: torch.optim.Optimizer | 
     scales.nbytes`` plus its slot's one element, any other parameter as its ``nbytes``; then
     every tensor in ``optimizer.state`` of those parameters, by buffer name (a
     ``"<buffer>_scales"`` entry counts with its buffer). Gradients and activations are
-    transient and not counted (SPEC.md section 6).
+    transient and not counted (SPEC.md section 6). A DTensor (an FSDP2-sharded parameter or
+    state) counts with its local shard: the bytes and parameters this process holds.
 
     Example (AdamW, master FP32 weights vs ECO with FP8 codes):
         >>> import torch
@@ -568,18 +576,20 @@ def measured_memory(model: nn.Module | list, optimizer: torch.optim.Optimizer | 
         if id(p) in seen:
             continue
         seen.add(id(p))
-        n += p.numel()
+        local = _local_part(p)
+        n += local.numel()
         layer = stored(p)
         if layer is not None:
             acc["weights"] += (layer.codes.nbytes + layer.scales.nbytes
                                + p.untyped_storage().nbytes())
         else:
-            acc["weights"] += p.nbytes
+            acc["weights"] += local.nbytes
         if optimizer is None or p not in optimizer.state:
             continue
         for k, v in optimizer.state[p].items():
             if not isinstance(v, torch.Tensor):
                 continue
+            v = _local_part(v)
             base = k[:-len("_scales")] if k.endswith("_scales") and k not in _STATE_BUFFER else k
             acc[_STATE_BUFFER.get(base, "other")] += v.nbytes
     return MeasuredMemory(**acc, n_params=n)

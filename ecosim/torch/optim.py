@@ -47,6 +47,21 @@ exports them as same-size integers (``Optimizer.load_state_dict`` casts floating
 parameter's dtype) and :meth:`load_state_dict` restores them, so checkpoints resume bit for
 bit.
 
+Sharded parameters (FSDP2): a parameter may be a DTensor sharded on dim 0 (``Shard(0)`` on a
+1-D mesh, what ``torch.distributed.fsdp.fully_shard`` makes; other placements are refused).
+Each process updates its own rows (``torch.chunk``'s split: ``ceil(n0 / W)`` rows per process,
+FSDP's padding never seen) and keeps their states, and the result equals the unsharded
+optimizer's bit for bit: the math is element-wise; row-wise and per-group scales see whole
+rows (scales whose blocks would span processes, tensor-wise or column-wise or one row of a
+1-D tensor, are refused: they would need a reduction across processes; fixed scales are
+fine), and SR draws element ``i`` of the whole tensor from counter ``i`` wherever it lives
+(the shard's keys carry its global starting element as the counter, ``key=(k, offset)`` of
+:func:`ecosim.torch.quantize`). Packed (4-bit and narrower) state formats are refused.
+:meth:`~ECOAdamW.state_dict` returns the states of such parameters as DTensors of the same
+placement, :meth:`~ECOAdamW.full_state_dict` gathers them into whole tensors (a collective),
+and :meth:`~ECOAdamW.load_state_dict` takes either, or this process's rows.
+:meth:`~ECOAdamW.encoded` and :meth:`~ECOAdamW.state_values` give this process's rows.
+
 Learning rates are read from ``group["lr"]`` at every step, so torch LR schedulers work.
 ``eco_exact`` for SGD needs ``lr(t+1)`` at step ``t``: it is ``group["next_lr"]`` when set,
 else ``group["lr"]`` (a constant learning rate).
@@ -134,6 +149,108 @@ class _Meta:
     scheme: str
     codec: _Codec | None = None  # the weight quantizer's storage
     comp: _Codec | None = None  # Kahan's compensation buffer
+    shard: "_Shard | None" = None  # where this process's rows sit (DTensor parameters)
+
+
+# -- DTensor (FSDP2) parameters ------------------------------------------------------------------
+
+_DTENSOR = []  # [DTensor class or None], imported on first use
+
+
+def _dtensor_cls():
+    if not _DTENSOR:
+        cls = None
+        if torch.distributed.is_available():
+            try:
+                from torch.distributed.tensor import DTensor as cls
+            except ImportError:  # pragma: no cover - torch without DTensor
+                cls = None
+        _DTENSOR.append(cls)
+    return _DTENSOR[0]
+
+
+def _is_dtensor(t) -> bool:
+    cls = _dtensor_cls()
+    return cls is not None and isinstance(t, cls)
+
+
+def _local(t):
+    """This process's part of ``t`` (a DTensor's local shard, an alias; else ``t``)."""
+    return t.to_local() if _is_dtensor(t) else t
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shard:
+    """The rows ``start .. start + rows - 1`` of a ``shape`` tensor sharded on dim 0
+    (``torch.chunk``'s split, which DTensor's and FSDP2's ``Shard(0)`` use: every process
+    but the last ones holds ``ceil(n0 / world)`` rows)."""
+
+    shape: tuple
+    start: int
+    rows: int
+    mesh: object
+    placements: tuple
+
+    @property
+    def offset(self) -> int:
+        """The global C-order index of this shard's first element (its SR counter base)."""
+        return self.start * math.prod(self.shape[1:])
+
+
+def _shard_of(name, p) -> _Shard:
+    from torch.distributed.tensor import Shard
+    mesh, pl = p.device_mesh, tuple(p.placements)
+    if mesh.ndim != 1 or len(pl) != 1 or type(pl[0]) is not Shard or pl[0].dim != 0:
+        raise ValueError(f"parameter {name!r} is a DTensor with placements {pl} on a "
+                         f"{mesh.ndim}-D mesh; ECO optimizers take DTensors sharded on dim 0 "
+                         "only (Shard(0) on a 1-D mesh, as FSDP2's fully_shard makes them)")
+    world, rank = mesh.size(), mesh.get_local_rank()
+    shape = tuple(p.shape)
+    chunk = -(-shape[0] // world)
+    start = min(rank * chunk, shape[0])
+    rows = min(chunk, shape[0] - start)
+    local = p.to_local()
+    if tuple(local.shape) != (rows,) + shape[1:]:  # pragma: no cover - a layout torch changed
+        raise ValueError(f"parameter {name!r}: local shard of shape {tuple(local.shape)}, "
+                         f"expected rows {start}..{start + rows} of {shape} (torch.chunk's split)")
+    return _Shard(shape, start, rows, mesh, pl)
+
+
+def _check_sharded_quantizer(name, q: Quantizer, shard: _Shard, what: str):
+    """Refuse a quantizer whose blocks would span processes: a scale must come from whole
+    rows (row-wise, or groups along the last axis) or be fixed."""
+    if q.fixed:
+        return
+    g, nd = q.granularity, len(shard.shape)
+    chunk = -(-shard.shape[0] // shard.mesh.size())
+    if nd >= 2 and (g == "row" or isinstance(g, int)):
+        return
+    if nd == 1 and isinstance(g, int) and chunk % g == 0:
+        return
+    raise ValueError(
+        f"{what} of parameter {name!r} (granularity {g!r}, scale {q.scale!r}) has blocks that "
+        f"span the dim-0 shards of its {shard.shape} tensor, so its scales would need a "
+        "reduction across processes, which is not implemented: with sharded (DTensor/FSDP2) "
+        "parameters use granularity='row' or a group size along the last axis of a matrix, "
+        "or a fixed scale")
+
+
+class _ShardKey(int):
+    """A root key that also carries a shard's global element offset: SR keys derived from it
+    by :func:`_sr_key` draw element ``i`` of the shard from counter ``offset + i``, the
+    counter element ``offset + i`` of the whole tensor would use."""
+
+    def __new__(cls, key, offset):
+        obj = int.__new__(cls, key)
+        obj.offset = int(offset)
+        return obj
+
+
+def _sr_key(key, *data):
+    """``fold_in(key, *data)``, as ``(key, counter)`` for a shard (see :class:`_ShardKey`)."""
+    k = rng.fold_in(key, *data)
+    off = getattr(key, "offset", 0)
+    return (k, off) if off else k
 
 
 class _ECOBase(torch.optim.Optimizer):
@@ -228,30 +345,50 @@ class _ECOBase(torch.optim.Optimizer):
 
     def _init_param(self, group, name, p):
         layer = stored(p)
+        shard = _shard_of(name, p) if _is_dtensor(p) else None
         if layer is not None:
             full = layer.read()
         else:
             if p.dtype not in (torch.float32, torch.float64):
                 raise TypeError(f"parameter {name!r} must be float32 or float64, got {p.dtype}")
-            full = p.detach().clone()
+            full = _local(p).detach().clone()  # a DTensor's rows held here
         if not bool(torch.isfinite(full).all()):
             raise ValueError(f"parameter {name!r} has non-finite values")
         q = self._quantizer_for(name, layer)
         meta = _Meta(name, q, layer, self.scheme if q is not None else "fp",
-                     layer._codec if layer is not None else (_Codec(q) if q else None))
+                     layer._codec if layer is not None else (_Codec(q) if q else None),
+                     shard=shard)
         if meta.scheme == "kahan":
             meta.comp = _Codec(compensation_quantizer(q))
+        if shard is not None:
+            if q is not None:
+                _check_sharded_quantizer(name, q, shard, "the weight quantizer")
+            for which, codec in self._codecs_of(meta).items():
+                _check_sharded_quantizer(name, codec.q, shard, f"the {which!r} state format")
+                if codec.packed:
+                    raise ValueError(f"the {which!r} state format {codec.q.fmt.name} of "
+                                     f"sharded parameter {name!r} packs several codes per "
+                                     "byte: not supported with DTensor parameters")
+            if "g" in self.states:
+                _check_sharded_quantizer(name, self.states["g"].q, shard, "the 'g' format")
         self._meta[name] = meta
         st = self.state[p]
-        key = group["key"]
+        key = self._key(group, meta)
         if meta.scheme == "master" and "master" in self.states:  # the stored master copy
             full = self._keep(st, "master", full, key, "init", name, "master")
         if q is None:
             w = full
         else:
-            w = self._write(meta, p, full, rng.fold_in(key, "init", name)
+            w = self._write(meta, p, full, _sr_key(key, "init", name)
                             if q.mode == "sr" else None)
         self._init_state(st, group, meta, full, w)
+
+    @staticmethod
+    def _key(group, meta):
+        """The group's root key; for a shard, one that offsets its SR counters."""
+        if meta.shard is not None and meta.shard.offset:
+            return _ShardKey(group["key"], meta.shard.offset)
+        return group["key"]
 
     # -- buffers ----------------------------------------------------------------------------------
     def _keep(self, st, which, x, key, *data, codec=None):
@@ -260,7 +397,7 @@ class _ECOBase(torch.optim.Optimizer):
         if codec is None:
             st[which] = x
             return x
-        k = rng.fold_in(key, *data) if codec.q.mode == "sr" else None
+        k = _sr_key(key, *data) if codec.q.mode == "sr" else None
         values, codes, scales = codec.encode(x, k)
         st[which] = codes
         if scales is not None:
@@ -288,7 +425,7 @@ class _ECOBase(torch.optim.Optimizer):
         codec = self.states.get("g")
         if codec is None:
             return g
-        return codec.encode(g, rng.fold_in(key, t, name, "g") if codec.q.mode == "sr"
+        return codec.encode(g, _sr_key(key, t, name, "g") if codec.q.mode == "sr"
                             else None)[0]
 
     def _codecs_of(self, meta):
@@ -304,7 +441,7 @@ class _ECOBase(torch.optim.Optimizer):
         if meta.layer is not None:
             return meta.layer.write(x, key=key)
         w, s = meta.codec.values(x, key)
-        p.copy_(w)
+        _local(p).copy_(w)
         self.state[p]["w_scales"] = s if s is not None else meta.q.scales(w)  # see encoded()
         return w
 
@@ -312,12 +449,12 @@ class _ECOBase(torch.optim.Optimizer):
         """NumPy's ``_write_scheme``: round ``tt`` onto the weight grid per scheme; returns
         ``e = tt - q(tt)`` for eco/eco_exact (``tt`` is overwritten), else None."""
         if meta.scheme == "fp":
-            p.copy_(tt)
+            _local(p).copy_(tt)
             return None
         name = meta.name
         if meta.scheme == "master":
             tt = self._keep(st, "master", tt, key, t, name, "master")
-        new_w = self._write(meta, p, tt, rng.fold_in(key, t, name)
+        new_w = self._write(meta, p, tt, _sr_key(key, t, name)
                             if meta.q.mode == "sr" else None)
         if meta.scheme in ("master", "naive"):
             return None
@@ -328,7 +465,7 @@ class _ECOBase(torch.optim.Optimizer):
         return e
 
     def _weights_of(self, meta, p):
-        return meta.layer.read() if meta.layer is not None else p.detach()
+        return meta.layer.read() if meta.layer is not None else _local(p).detach()
 
     # -- public -----------------------------------------------------------------------------------
     @property
@@ -362,7 +499,7 @@ class _ECOBase(torch.optim.Optimizer):
         if q is None:
             raise ValueError(f"parameter {name!r} is kept in full precision")
         rtn = dataclasses.replace(q, mode="rtn")
-        return rtn.encode(p.detach(), scales=self.state[p].get("w_scales"))
+        return rtn.encode(_local(p).detach(), scales=self.state[p].get("w_scales"))
 
     def state_values(self, p, which: str) -> torch.Tensor:
         """The values of state buffer ``which`` (``"m"``, ``"v"``, ``"master"``, ``"e_prev"``,
@@ -374,22 +511,64 @@ class _ECOBase(torch.optim.Optimizer):
                     if q is p)
         meta = self._meta[name]
         dtype = meta.layer._value_dtype if meta.layer is not None else p.dtype
-        like = torch.empty(p.shape, dtype=dtype, device="meta")
+        like = torch.empty(_local(p).shape, dtype=dtype, device="meta")
         return self._load(self.state[p], which, like, self._codecs_of(meta).get(which))
 
     def __getstate__(self):
         return dict(super().__getstate__(), **{k: v for k, v in self.__dict__.items()
                                               if k in _OWN_ATTRS})
 
+    def _metas_by_index(self) -> list:
+        """The parameters' metadata in ``state_dict``'s index order."""
+        return [self._meta[n] for g in self.param_groups for n in g["names"]]
+
+    def _row_state(self, meta, k) -> bool:
+        """Whether state ``k`` of a parameter is split by rows as the parameter is: the
+        buffers of its shape and the scales of row-wise (or per-group) formats."""
+        if k.endswith("_scales"):
+            base = k[:-len("_scales")]
+            codec = meta.codec if base == "w" else self._codecs_of(meta).get(base)
+            return codec is not None and not codec.q.fixed
+        return k in ("m", "v", "master", "e_prev", "c")
+
     def state_dict(self):
+        """``Optimizer.state_dict`` plus the step counter, low-precision codes as same-size
+        integers. The states of a DTensor parameter are DTensors with its placement (their
+        ``full_tensor()`` is what one process holding the whole parameter would have)."""
         sd = super().state_dict()
         sd["ecosim_t"] = self._step_count_t
+        metas = self._metas_by_index()
         # Low-precision codes as same-size integers: load_state_dict casts floats.
-        sd["state"] = {i: {k: _raw(v) if isinstance(v, torch.Tensor) else v
-                           for k, v in s.items()} for i, s in sd["state"].items()}
+        sd["state"] = {i: {k: self._export(metas[i], k, v) for k, v in s.items()}
+                       for i, s in sd["state"].items()}
         return sd
 
+    def full_state_dict(self):
+        """:meth:`state_dict` with the states of DTensor parameters gathered into whole
+        tensors: what an unsharded optimizer's ``state_dict`` holds. A collective: every
+        process of the mesh calls it (in the same order)."""
+        sd = self.state_dict()
+        sd["state"] = {i: {k: _full_tensor(v) if _is_dtensor(v) else v for k, v in s.items()}
+                       for i, s in sd["state"].items()}
+        return sd
+
+    def _export(self, meta, k, v):
+        if not isinstance(v, torch.Tensor):
+            return v
+        v = _raw(v)
+        sh = meta.shard
+        if sh is None or not self._row_state(meta, k):
+            return v
+        from torch.distributed.tensor import DTensor
+        shape = (sh.shape[0],) + tuple(v.shape[1:])
+        stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+        return DTensor.from_local(v, sh.mesh, sh.placements, run_check=False, shape=shape,
+                                  stride=stride)
+
     def load_state_dict(self, state_dict):
+        """Inverse of :meth:`state_dict`. For a DTensor parameter a state may be a DTensor,
+        the whole tensor (a checkpoint of an unsharded run, or a gathered one: this process
+        takes its rows) or this process's rows."""
         state_dict = dict(state_dict)
         t = state_dict.pop("ecosim_t", None)
         super().load_state_dict(state_dict)
@@ -398,6 +577,11 @@ class _ECOBase(torch.optim.Optimizer):
         for group in self.param_groups:
             for name, p in zip(group["names"], group["params"]):
                 st = self.state[p]
+                sh = self._meta[name].shard
+                if sh is not None:
+                    for k, v in list(st.items()):
+                        if isinstance(v, torch.Tensor) and self._row_state(self._meta[name], k):
+                            st[k] = _rows_of(v, sh, name, k)
                 for which, codec in self._codecs_of(self._meta[name]).items():
                     for k, typed in ((which, codec.typed), (which + "_scales",
                                                             codec.scales_typed)):
@@ -412,7 +596,7 @@ class _ECOBase(torch.optim.Optimizer):
                 raise ValueError(f"parameter {name!r} has no gradient")
             if p.grad.is_sparse:
                 raise ValueError(f"parameter {name!r} has a sparse gradient (not supported)")
-            gs.append(p.grad.detach())
+            gs.append(_local(p.grad).detach())
         # min and max propagate NaN and show inf: one pass per gradient (isfinite().all() is
         # ~10x slower on the CPU) and one device sync per group; the slow check only names
         # the culprit.
@@ -439,13 +623,32 @@ class _ECOBase(torch.optim.Optimizer):
             for name, p, g in zip(group["names"], group["params"], gs):
                 meta = self._meta[name]
                 w = self._weights_of(meta, p)
-                g = self._qgrad(g.to(w.dtype), group["key"], t, name)
+                g = self._qgrad(g.to(w.dtype), self._key(group, meta), t, name)
                 self._step_param(meta, p, w, g, self.state[p], group, t)
         self._step_count_t = t + 1
         return loss
 
     def _check_group(self, group):
         pass
+
+
+def _full_tensor(v) -> torch.Tensor:
+    """``v.full_tensor()``; 16-bit integer codes travel as int32 (gloo has no int16)."""
+    if v.dtype == torch.int16:
+        return v.to(torch.int32).full_tensor().to(torch.int16)
+    return v.full_tensor()
+
+
+def _rows_of(v: torch.Tensor, sh: _Shard, name, k) -> torch.Tensor:
+    """This process's rows of a loaded state (a DTensor, the whole tensor, or the rows)."""
+    if _is_dtensor(v):
+        return v.to_local()
+    if v.shape[0] == sh.shape[0]:
+        return v[sh.start:sh.start + sh.rows].clone()
+    if v.shape[0] == sh.rows:
+        return v
+    raise ValueError(f"state {k!r} of parameter {name!r} has {v.shape[0]} rows: neither the "
+                     f"parameter's {sh.shape[0]} nor this process's {sh.rows}")
 
 
 def _restore(v: torch.Tensor, typed: torch.dtype | None) -> torch.Tensor:
@@ -546,7 +749,7 @@ class ECOSGD(_ECOBase):
                              "is not supported here (NumPy keeps the error pending)")
 
     def _init_state(self, st, group, meta, full, w):
-        name, key = meta.name, group["key"]
+        name, key = meta.name, self._key(group, meta)
         self._zeros(st, "m", full)
         if meta.scheme == "master":
             if "master" not in self.states:
@@ -561,7 +764,7 @@ class ECOSGD(_ECOBase):
 
     def _step_param(self, meta, p, w, g, st, group, t):
         beta, lr, wd = group["momentum"], group["lr"], group["weight_decay"]
-        name, key = meta.name, group["key"]
+        name, key = meta.name, self._key(group, meta)
         if wd:
             g = g + wd * w  # coupled L2 at the stored weights
         m = self._load(st, "m", w)
@@ -674,12 +877,12 @@ class ECOAdamW(_ECOBase):
         elif meta.scheme == "eco_exact":
             st["e_prev"] = full - w
         elif meta.scheme == "kahan":
-            self._keep(st, "c", full - w, group["key"], "init", meta.name, "c",
+            self._keep(st, "c", full - w, self._key(group, meta), "init", meta.name, "c",
                        codec=meta.comp)
 
     def _step_param(self, meta, p, w, g, st, group, t):
         (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]
-        name, key = meta.name, group["key"]
+        name, key = meta.name, self._key(group, meta)
         n = t + 1
         bc1, bc2 = 1.0 - b1**n, 1.0 - b2**n
         m, v = self._load(st, "m", w), self._load(st, "v", w)
