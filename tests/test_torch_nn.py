@@ -187,9 +187,12 @@ def test_stored_training_equals_float32_parameters(cls, scheme, mode):
     ("adamw", "eco", None), ("adamw", "master", None), ("adamw", "eco_exact", None),
     ("adamw", "kahan", None), ("adamw", "eco", {"m": ("e4m3", "sr"), "v": "bf16"}),
     ("sgd", "eco_exact", None), ("sgd", "naive", {"m": "bf16"})])
-def test_stored_weights_match_numpy(kind, scheme, states):
-    """Gradients fed by hand; NumPy starts from the stored weights' values (for naive/eco
-    that is also the run from the original float32 weights)."""
+@pytest.mark.parametrize("keep_initial", [True, False])
+def test_stored_weights_match_numpy(kind, scheme, states, keep_initial):
+    """Gradients fed by hand. NumPy starts from the original float32 weights: every scheme
+    matches it, master/eco_exact/kahan through the W_0 that store_weights keeps for the first
+    optimizer. Without it (``keep_initial=False``: as after loading codes from a checkpoint)
+    those three start from the stored values, and match NumPy started there."""
     rs = np.random.default_rng(3)
     shapes = {"a.weight": (8, 16), "b.weight": (4, 8)}
     P = {k: rs.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
@@ -204,6 +207,12 @@ def test_stored_weights_match_numpy(kind, scheme, states):
     qt = et.Quantizer("e4m3", "sr", granularity="row")
     store_weights(model, qt, key=KEY)
     layers = {m.name: m for m in model.modules() if isinstance(m, QuantizedLinear)}
+    P0 = P
+    if not keep_initial:
+        for layer in layers.values():
+            assert layer.pop_initial() is not None and layer.pop_initial() is None
+        if scheme not in ("naive", "eco"):
+            P0 = {k: l.read().numpy() for k, l in layers.items()}
     qn = ecosim.Quantizer("e4m3", "sr", granularity="row")
     if kind == "adamw":
         no = adamw(1e-2, weight_decay=0.1, scheme=scheme, weights=qn, states=states)
@@ -212,7 +221,6 @@ def test_stored_weights_match_numpy(kind, scheme, states):
     else:
         no = sgdm(0.05, 0.9, scheme=scheme, weights=qn, states=states)
         to = ECOSGD(model.named_parameters(), 0.05, 0.9, scheme=scheme, key=KEY, states=states)
-    P0 = P if scheme in ("naive", "eco") else {k: l.read().numpy() for k, l in layers.items()}
     w, s = no.init(P0, key=KEY)
     slots = dict(model.named_parameters())
     for t in range(8):

@@ -346,8 +346,11 @@ class _ECOBase(torch.optim.Optimizer):
     def _init_param(self, group, name, p):
         layer = stored(p)
         shard = _shard_of(name, p) if _is_dtensor(p) else None
-        if layer is not None:
-            full = layer.read()
+        if layer is not None:  # W_0 when the layer still has it (see ecosim.torch.nn)
+            w0 = layer.pop_initial()
+            full = (w0.to(device=layer.codes.device, dtype=layer._value_dtype, copy=True)
+                    if w0 is not None
+                    and self.scheme in ("master", "eco_exact", "kahan") else layer.read())
         else:
             if p.dtype not in (torch.float32, torch.float64):
                 raise TypeError(f"parameter {name!r} must be float32 or float64, got {p.dtype}")
