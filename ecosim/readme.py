@@ -42,14 +42,21 @@ def _sources(figures_dir: Path) -> dict:
         "ecosim.memory.markdown_table()": memory.markdown_table,
         "ecosim.readme.gallery()": gallery,
     }
+    try:  # the torch backend's presets table (left as it is where torch is not installed)
+        from .torch.model import markdown_table as presets_table
+    except ImportError:
+        presets_table = None
+    src["ecosim.torch.model.markdown_table()"] = presets_table
     for md in sorted(figures_dir.glob("*.md")):
         src[f"figures/{md.name}"] = (lambda p=md: p.read_text().rstrip())
     return src
 
 
 def blocks(figures_dir: str | Path = "figures") -> dict[str, str]:
-    """The text each known block should have (files under ``figures_dir`` included)."""
-    return {name: fn() for name, fn in _sources(Path(figures_dir)).items()}
+    """The text each known block should have (files under ``figures_dir`` included); None for
+    a block whose source needs an optional package that is not installed."""
+    return {name: (fn() if fn is not None else None)
+            for name, fn in _sources(Path(figures_dir)).items()}
 
 
 def refresh(readme: str | Path = "README.md", figures_dir: str | Path = "figures", *,
@@ -73,6 +80,8 @@ def refresh(readme: str | Path = "README.md", figures_dir: str | Path = "figures
         name = m.group("name").strip()
         if name not in want:
             raise ValueError(f"README block {name!r} has no source; known: {sorted(want)}")
+        if want[name] is None:  # a source that needs an optional package: left unchanged
+            return m.group(0)
         body = want[name] + "\n"
         if body != m.group("body"):
             changed.append(name)

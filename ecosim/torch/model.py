@@ -290,3 +290,37 @@ def _preset(name: str) -> Preset:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     return PRESETS[name]
+
+
+def markdown_table() -> str:
+    """The presets as a markdown table (shapes, parameter counts, learning rates) and the
+    command that trains each: the README's presets table, generated (``ecosim readme``).
+
+    The paper-size commands follow the ECO paper's recipe (SPEC.md section 7): a global batch
+    of 512 sequences of 512 tokens and 100 training tokens per non-embedding parameter; the
+    CPU presets get short runs."""
+    lines = ["| preset | d_model / layers / heads (head dim) | SwiGLU width | non-embedding "
+             "params | quantized (block linears) | embedding + head | peak lr | seq x batch |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def m(n: int) -> str:
+        return f"{n / 1e6:.2f}M" if n < 10e6 else f"{n / 1e6:.1f}M"
+
+    cmds = []
+    for name, p in PRESETS.items():
+        c = param_counts(p.model)
+        cfg = p.model
+        lines.append(f"| `{name}` | {cfg.d_model} / {cfg.n_layers} / {cfg.n_heads} "
+                     f"({cfg.head_dim}) | {cfg.d_ff} | {m(c['non_embedding'])} | "
+                     f"{m(c['quantized'])} | {m(c['embedding'])} | {p.lr:g} | "
+                     f"{p.seq} x {p.batch} |")
+        if p.seq < 512:  # a CPU preset
+            cmds.append(f"python -m ecosim.torch.lm --preset {name} --method fp8_eco_sr "
+                        f"--steps 400 --results runs.jsonl")
+        else:
+            steps = math.ceil(100 * c["non_embedding"] / (512 * 512))
+            accum = 512 // p.batch
+            cmds.append(f"python -m ecosim.torch.lm --preset {name} --method fp8_eco_sr "
+                        f"--device cuda --steps {steps} --global-batch 512 --grad-accum "
+                        f"{accum} --out ck-{name} --results runs.jsonl")
+    return "\n".join(lines + ["", "```sh", *cmds, "```"])
