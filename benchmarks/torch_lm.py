@@ -118,7 +118,8 @@ def main(argv=None) -> int:
     ap.add_argument("--presets", nargs="+", default=["tiny", "small"])
     ap.add_argument("--modes", nargs="+", default=["rtn", "sr"], choices=["rtn", "sr"])
     ap.add_argument("--reps", type=int, default=5, help="timed optimizer steps (median)")
-    ap.add_argument("--train-steps", type=int, default=3, help="timed full training steps")
+    ap.add_argument("--train-steps", type=int, default=3,
+                    help="timed full training steps (0: skip tokens/s and peak memory)")
     ap.add_argument("--batch", type=int, default=None, help="default: the preset's")
     ap.add_argument("--seq", type=int, default=None, help="default: the preset's")
     args = ap.parse_args(argv)
@@ -145,7 +146,8 @@ def main(argv=None) -> int:
                 static = measured_memory(qparams, opts[0]).per_param()["total"]
                 alloc = (torch.cuda.memory_allocated(dev) / pc["total"] if dev.type == "cuda"
                          else math.nan)
-                tps, peak = train_steps(model, opts, args.train_steps, batch, seq, dev)
+                tps, peak = (train_steps(model, opts, args.train_steps, batch, seq, dev)
+                             if args.train_steps else (math.nan, 0))
                 print(f"| {preset} | {pc['quantized'] / 1e6:.2f}M | {mode} | {scheme} | "
                       f"{storage} | {step * 1e3:.1f} | {step / base[storage]:.2f} | "
                       f"{static:.2f} | {alloc:.2f} | "

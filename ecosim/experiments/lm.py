@@ -59,8 +59,10 @@ class LMTableConfig(Config):
     Attributes:
         presets: model presets of :mod:`ecosim.torch.lm` (the CPU ones by default).
         methods: Table 1's methods (all seven by default).
-        seeds: one run per seed (model init, data order and SR keys all follow it).
-        steps: optimizer steps per run.
+        seeds: number of seeds per preset (runs with seeds ``0 .. n-1``; the model init,
+            data order and SR keys all follow the seed; every method sees the same seeds).
+        steps: optimizer steps per run, one entry per preset (the larger preset is slower
+            per step: ``make figures`` gives it fewer).
         batch, seq: sequences per step and tokens per sequence.
         eval_every, eval_batches: validation cadence and size.
         results_file: read these JSON-lines records instead of training (see module doc).
@@ -68,16 +70,16 @@ class LMTableConfig(Config):
 
     presets: tuple[str, ...] = ("tiny", "small")
     methods: tuple[str, ...] = METHODS
-    seeds: tuple[int, ...] = (0,)
-    steps: int = 400
+    seeds: tuple[int, ...] = (3, 1)
+    steps: tuple[int, ...] = (400, 100)
     batch: int = 16
     seq: int = 128
     eval_every: int = 50
-    eval_batches: int = 8
+    eval_batches: int = 16
     results_file: str = ""
 
-    SMOKE: ClassVar[dict] = {"presets": ("tiny",), "methods": ("fp8_master_rtn", "fp8_eco_sr"),
-                             "steps": 8, "batch": 4, "seq": 32, "eval_every": 4,
+    SMOKE: ClassVar[dict] = {"presets": ("tiny",), "methods": ("bf16_master", "fp8_eco_sr"),
+                             "steps": (8,), "seeds": (1,), "batch": 4, "seq": 32, "eval_every": 4,
                              "eval_batches": 2}
 
     def __post_init__(self):
@@ -87,21 +89,30 @@ class LMTableConfig(Config):
                 method_parts(m)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
-        for name in ("steps", "batch", "seq", "eval_every", "eval_batches"):
+        for name in ("batch", "seq", "eval_every", "eval_batches"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.results_file and (len(self.steps) != len(self.presets)
+                                      or min(self.steps, default=0) < 1):
+            raise ConfigError(f"steps needs one positive entry per preset ({self.presets}), "
+                              f"got {self.steps}")
         if self.results_file and not Path(self.results_file).is_file():
             raise ConfigError(f"results_file {self.results_file!r} is not a file")
-        if not self.results_file and not (self.presets and self.methods and self.seeds):
-            raise ConfigError("presets, methods and seeds must not be empty")
+        if not self.results_file and not (self.presets and self.methods):
+            raise ConfigError("presets and methods must not be empty")
+        if not self.results_file and (len(self.seeds) != len(self.presets)
+                                      or min(self.seeds, default=0) < 1):
+            raise ConfigError(f"seeds needs one positive count per preset ({self.presets}), "
+                              f"got {self.seeds}")
 
 
 def _units(cfg: LMTableConfig) -> list[dict]:
     if cfg.results_file:
         path = Path(cfg.results_file)
         return [{"file_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}]
-    return [{"preset": p, "method": m, "seed": s}
-            for p in cfg.presets for s in cfg.seeds for m in cfg.methods]
+    return [{"preset": p, "method": m, "seed": s, "steps": n}
+            for p, n, k in zip(cfg.presets, cfg.steps, cfg.seeds) for s in range(k)
+            for m in cfg.methods]
 
 
 def read_records(path: str | Path) -> list[dict]:
@@ -161,7 +172,13 @@ def records_to_results(records: list[dict]) -> dict[str, np.ndarray]:
 
 
 def _combine(cfg: LMTableConfig, units: list[dict], results: list) -> dict:
-    return {k: np.concatenate([r[k] for r in results]) for k in results[0]}
+    width = max(r["curve_step"].shape[1] for r in results)  # curves: pad rows with NaN
+
+    def pad(a):
+        if a.ndim == 2 and a.shape[1] < width:
+            return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=np.nan)
+        return a
+    return {k: np.concatenate([pad(r[k]) for r in results]) for k in results[0]}
 
 
 @experiment("lm", LMTableConfig, version="1", units=_units, combine=_combine,
@@ -181,7 +198,7 @@ def lm(cfg: LMTableConfig, unit: dict) -> dict:
     torch.set_num_threads(1)  # one thread: the same float sums (and bytes) on every machine
     try:
         record = tlm.train(tlm.LMConfig(
-            preset=unit["preset"], method=unit["method"], seed=unit["seed"], steps=cfg.steps,
+            preset=unit["preset"], method=unit["method"], seed=unit["seed"], steps=unit["steps"],
             batch=cfg.batch, seq=cfg.seq, eval_every=cfg.eval_every,
             eval_batches=cfg.eval_batches, quiet=True))
     finally:

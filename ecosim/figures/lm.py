@@ -57,6 +57,15 @@ def _cell(r, preset: str, method: str) -> tuple[float, float, int, int]:
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(rows.size), n_div
 
 
+def _paired_gap(r, preset: str, method: str, base: str = "bf16_master") -> np.ndarray:
+    """Per-seed ``loss(method) - loss(base)`` over the seeds where both finished."""
+    def by_seed(m):
+        rows = np.flatnonzero((r["preset"] == preset) & (r["method"] == m) & ~r["diverged"])
+        return {int(r["seed"][i]): float(r["val_loss"][i]) for i in rows}
+    a, b = by_seed(method), by_seed(base)
+    return np.array([a[k] - b[k] for k in sorted(a) if k in b])
+
+
 def _fmt_params(n: int) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
 
@@ -67,7 +76,6 @@ def lm_markdown(r) -> str:
     sizes = {str(p): int(n) for p, n in zip(r["preset"], r["n_nonembed"])}
     head = ["method"] + [f"{p} ({_fmt_params(sizes[p])})" for p in presets]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    base = {p: _cell(r, p, "bf16_master")[0] for p in presets}
     for m in methods:
         cells = []
         for p in presets:
@@ -80,8 +88,12 @@ def lm_markdown(r) -> str:
                 c = f"{mean:.4f}"
                 if n > 1:
                     c += f" ± {sd:.4f}"
-                if m != "bf16_master" and math.isfinite(base[p]):
-                    c += f" ({mean - base[p]:+.4f})"
+                gap = _paired_gap(r, p, m) if m != "bf16_master" else np.array([])
+                if gap.size:
+                    c += f" ({gap.mean():+.4f}"
+                    if gap.size > 1:
+                        c += f" ± {gap.std(ddof=1) / math.sqrt(gap.size):.4f}"
+                    c += ")"
                 if n_div:
                     c += f", {n_div}/{n} diverged"
                 cells.append(c)
@@ -89,8 +101,9 @@ def lm_markdown(r) -> str:
     steps = sorted({int(s) for s in r["steps"]})
     tokens = sorted({int(t) for t in r["tokens"]})
     lines += ["", f"Validation loss (nats per byte) after {', '.join(map(str, steps))} steps "
-              f"({', '.join(f'{t / 1e6:.2f}M' for t in tokens)} training tokens); in brackets "
-              "the gap to BF16 with master weights.", "",
+              f"({', '.join(f'{t / 1e6:.2f}M' for t in tokens)} training tokens); mean ± standard "
+              "deviation over seeds; in brackets the gap to BF16 with master weights, paired by "
+              "seed (mean ± standard error).", "",
               "The paper's Table 1 (C4, 30M-800M parameters, 100 tokens per parameter):", "",
               "| method | " + " | ".join(PAPER_SIZES) + " |",
               "|" + "---|" * (len(PAPER_SIZES) + 1)]
@@ -105,9 +118,11 @@ TABLE_CAPTION = """
 Table 1 of the ECO paper on a byte-level Llama-style decoder (RMSNorm, RoPE, SwiGLU) trained on
 the Python standard library's sources with ecosim.torch: FP8 E4M3 weights with one absmax scale
 per row in the block-internal linear layers, AdamW (0.9, 0.98), eps 1e-9, weight decay 0.1,
-clip 1.0, 10% warmup then cosine to 0.1x. (a) Validation loss during training for the largest
-preset; (b) final validation loss against the number of non-embedding parameters (a cross at
-the top: diverged). The numbers are in lm_table.md, beside the paper's.
+clip 1.0, 10% warmup then cosine to 0.1x. (a) Training loss (mean over the seeds of each
+logging window) and validation loss (markers) for the largest preset; (b) each method's final
+validation loss minus that of BF16 weights with a master copy, paired by seed (bars: mean;
+whiskers: standard error over seeds; hatched: RTN; a cross: diverged). The numbers are in
+lm_table.md beside the paper's.
 """
 
 
@@ -119,37 +134,29 @@ def lm_table(lm):
     ax, bx = fig.subplots(1, 2)
     big = presets[-1]
     finals = {k: [] for k in ("preset", "method", "n_nonembed", "val_loss", "std", "seeds",
-                              "diverged")}
+                              "diverged", "gap", "gap_se")}
     curves = {k: [] for k in ("preset", "method", "seed", "step", "train_loss", "val_loss")}
     top = 0.0
     for m in methods:
         st = _style(m)
         lw = 1.9 if m.endswith("sr") or m.startswith("bf16") else 1.5
-        xs, ys = [], []
         for p in presets:
             mean, sd, n, n_div = _cell(r, p, m)
             if n == 0:
                 continue
-            nz = int(r["n_nonembed"][np.flatnonzero(r["preset"] == p)[0]])
+            gap = _paired_gap(r, p, m) if m != "bf16_master" else np.zeros(0)
             finals["preset"].append(p)
             finals["method"].append(m)
-            finals["n_nonembed"].append(nz)
+            finals["n_nonembed"].append(int(r["n_nonembed"][np.flatnonzero(r["preset"] == p)[0]]))
             finals["val_loss"].append(mean)
             finals["std"].append(sd)
             finals["seeds"].append(n)
             finals["diverged"].append(n_div)
-            xs.append(nz)
-            ys.append(mean)
-        bx.plot(xs, ys, color=st["color"], ls=st["ls"], marker=st["marker"], lw=lw,
-                label=method_label(m))
-        for i in np.flatnonzero((r["preset"] == big) & (r["method"] == m)):
-            ok = np.isfinite(r["curve_step"][i]) & np.isfinite(r["curve_val"][i])
-            step, val = r["curve_step"][i][ok], r["curve_val"][i][ok]
-            ax.plot(step, val, color=st["color"], ls=st["ls"], lw=lw)
-            if r["diverged"][i] and step.size:
-                ax.plot(step[-1], val[-1], marker="x", color=st["color"], ms=8, mew=2)
-            if val.size:
-                top = max(top, float(val[0]))
+            finals["gap"].append(float(gap.mean()) if gap.size else math.nan)
+            finals["gap_se"].append(float(gap.std(ddof=1) / math.sqrt(gap.size))
+                                    if gap.size > 1 else math.nan)
+        rows = np.flatnonzero((r["preset"] == big) & (r["method"] == m))
+        for i in rows:
             okt = np.isfinite(r["curve_step"][i])
             n = int(okt.sum())
             curves["preset"] += [big] * n
@@ -158,27 +165,29 @@ def lm_table(lm):
             curves["step"].append(r["curve_step"][i][okt].astype(np.int64))
             curves["train_loss"].append(r["curve_train"][i][okt])
             curves["val_loss"].append(r["curve_val"][i][okt])
-    # diverged methods: a cross at the top of panel (b)
+        if rows.size:  # mean over seeds of the training loss, validation points on top
+            step = r["curve_step"][rows[0]]
+            ok = np.isfinite(step) & np.all(np.isfinite(r["curve_train"][rows]), axis=0)
+            train = r["curve_train"][rows].mean(axis=0)
+            ax.plot(step[ok], train[ok], color=st["color"], ls=st["ls"], lw=lw * 0.8)
+            val = r["curve_val"][rows].mean(axis=0)
+            okv = np.isfinite(step) & np.isfinite(val)
+            ax.plot(step[okv], val[okv], color=st["color"], marker=st["marker"], ls="none",
+                    ms=5)
+            if r["diverged"][rows].any() and ok.any():
+                last = np.flatnonzero(ok)[-1]
+                ax.plot(step[last], train[last], marker="x", color=st["color"], ms=8, mew=2)
+            if ok.any():
+                top = max(top, float(train[ok][0]))
+    _gap_bars(bx, r, presets, methods, finals)
     fin = np.array([v for v in finals["val_loss"] if math.isfinite(v)])
-    if fin.size:
-        lo, hi = float(fin.min()), float(fin.max())
-        pad = 0.08 * (hi - lo or 1.0)
-        bx.set_ylim(lo - pad, hi + 3 * pad)
-        for p, m, v, d, n in zip(finals["preset"], finals["method"], finals["val_loss"],
-                                 finals["diverged"], finals["seeds"]):
-            if d == n:
-                nz = finals["n_nonembed"][finals["preset"].index(p)]
-                bx.plot(nz, hi + 2.5 * pad, marker="x", color=_style(m)["color"], ms=8, mew=2)
-    bx.set_xscale("log")
-    bx.set_xlabel("non-embedding parameters")
-    bx.set_ylabel("final validation loss")
-    bx.legend(fontsize=7.5, loc="upper right")
-    style.panel_title(bx, "b", "final loss by model size")
     ax.set_xlabel("update")
-    ax.set_ylabel("validation loss (nats/byte)")
+    ax.set_ylabel("loss (nats/byte)")
     if fin.size and top:
         ax.set_ylim(float(fin.min()) * 0.97, min(top, 3 * float(fin.max())) * 1.02)
-    style.panel_title(ax, "a", f"preset {big!r}")
+    nseeds = len({int(x) for x in r["seed"][r["preset"] == big]})
+    style.panel_title(ax, "a", f"preset {big!r}: training loss, validation (markers)"
+                      + (f", mean of {nseeds} seeds" if nseeds > 1 else ""))
     tables = {"final": {k: np.array(v) for k, v in finals.items()}}
     if curves["step"]:
         tables["curves"] = {k: (np.concatenate(v) if isinstance(v[0], np.ndarray)
@@ -186,12 +195,55 @@ def lm_table(lm):
     return fig, tables, lm_markdown(r)
 
 
+def _gap_bars(bx, r, presets, methods, finals) -> None:
+    """Panel (b): each method's final validation loss minus BF16-with-master's, paired by seed
+    (bars; standard errors over seeds; a cross at the top where every seed diverged)."""
+    others = [m for m in methods if m != "bf16_master"]
+    width = 0.8 / max(len(others), 1)
+    gaps = [g for g in finals["gap"] if math.isfinite(g)]
+    top = max([0.0] + gaps) * 1.15 + 0.005
+    for j, m in enumerate(others):
+        st = _style(m)
+        for k, p in enumerate(presets):
+            i = next((i for i, (pp, mm) in enumerate(zip(finals["preset"], finals["method"]))
+                      if pp == p and mm == m), None)
+            if i is None:
+                continue
+            x = k + (j - (len(others) - 1) / 2) * width
+            if finals["diverged"][i] == finals["seeds"][i]:
+                bx.plot(x, top, marker="x", color=st["color"], ms=8, mew=2)
+                continue
+            g, se = finals["gap"][i], finals["gap_se"][i]
+            if not math.isfinite(g):
+                continue
+            rtn = m.endswith("rtn")
+            bx.bar(x, g, width * 0.9, color="white" if rtn else st["color"],
+                   edgecolor=st["color"], hatch="///" if rtn else None, lw=1.2,
+                   label=method_label(m) if k == 0 else None)
+            if math.isfinite(se):
+                bx.errorbar(x, g, yerr=se, color="black", lw=1, capsize=2)
+    bx.axhline(0, color=style.COLORS["black"], lw=0.8)
+    labels = []
+    for p in presets:
+        rows = np.flatnonzero(r["preset"] == p)
+        n = len({int(x) for x in r["seed"][rows]})
+        labels.append(f"{p} ({_fmt_params(int(r['n_nonembed'][rows[0]]))})\n"
+                      f"{int(r['steps'][rows[0]])} steps, {n} seed{'s' * (n > 1)}")
+    bx.set_xticks(range(len(presets)), labels)
+    bx.set_ylabel("val. loss − BF16 w/ master")
+    if bx.get_legend_handles_labels()[0]:
+        bx.legend(fontsize=7, loc="upper left", ncol=2)
+    style.panel_title(bx, "b", "gap to BF16 with master weights")
+
+
 PARETO_CAPTION = """
 Memory against loss for the language-model runs of lm_table: static bytes per parameter of the
-quantized linear layers (stored weights, master copy if any, AdamW's two FP32 moments, scales;
-measured from the tensors' nbytes) against the final validation loss, one panel per preset.
-Removing the master copy moves a method from 12 to 9 bytes per parameter (BF16 weights with a
-master copy: 10); what that costs in loss is the vertical distance.
+quantized linear layers (as in the paper: the stored weights with their row scales, AdamW's two
+FP32 moments, and the FP32 master copy if any, whose low-precision working copy is not counted;
+measured from the tensors' nbytes, equal to ecosim.memory's formula) against the final
+validation loss (mean over seeds), one panel per preset. Removing the master copy moves a
+method from 12 to 9 bytes per parameter (plus 4 bytes per row of scales); what that costs in
+loss is the vertical distance.
 """
 
 
@@ -229,5 +281,6 @@ def lm_pareto(lm):
         ax.set_xlabel("static bytes / parameter")
         ax.set_ylabel("final validation loss")
         style.panel_title(ax, "abcdefgh"[list(presets).index(p)], f"preset {p!r}")
-    axes[-1].legend(fontsize=7, loc="best")
+    if axes[-1].get_legend_handles_labels()[0]:
+        axes[-1].legend(fontsize=7, loc="best")
     return fig, {"points": {k: np.array(v) for k, v in table.items()}}
