@@ -179,9 +179,11 @@ def _resolve_weights(weights: Any, scheme: str) -> Quantizer | Mapping | None:
                     f"got {type(weights).__name__}")
 
 
-def _resolve_states(states: Any, moments: tuple[str, ...],
-                    scheme: str) -> Mapping[str, Quantizer]:
-    """``states`` checked: keys among ``g``, the moments and ``master``; values quantizers."""
+def _resolve_states(states: Any, moments: tuple[str, ...], scheme: str,
+                    convert: Callable[[Any], Any] | None = None) -> Mapping[str, Quantizer]:
+    """``states`` checked: keys among ``g``, the moments and ``master``; values quantizers
+    (``convert(spec)``, default :func:`state_quantizer`: the torch backend passes its own)."""
+    convert = convert or state_quantizer
     if states is None:
         return MappingProxyType({})
     if not isinstance(states, Mapping):
@@ -192,7 +194,7 @@ def _resolve_states(states: Any, moments: tuple[str, ...],
         if k not in allowed:
             raise ValueError(f"states keys must be among {allowed}, got {k!r}")
         if spec is not None:
-            out[k] = state_quantizer(spec)
+            out[k] = convert(spec)
     if "master" in out and scheme != "master":
         raise ValueError(f"states['master'] is the format of the master copy: it needs "
                          f"scheme='master', got scheme={scheme!r}")

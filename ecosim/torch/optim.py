@@ -94,6 +94,7 @@ from collections.abc import Mapping
 import torch
 
 from .. import rng
+from ..optim.base import _resolve_states as _np_resolve_states
 from ..optim.base import compensation_quantizer, state_quantizer
 from .nn import _Codec, _raw, stored
 from .quantizer import Encoded, Quantizer
@@ -279,21 +280,7 @@ class _ECOBase(torch.optim.Optimizer):
 
     @classmethod
     def _resolve_states(cls, states, scheme) -> dict:
-        if states is None:
-            return {}
-        if not isinstance(states, Mapping):
-            raise TypeError(f"states must be a dict like {{'m': 'bf16'}}, got {states!r}")
-        allowed = ("g",) + cls._moments + ("master",)
-        out = {}
-        for k, spec in states.items():
-            if k not in allowed:
-                raise ValueError(f"states keys must be among {allowed}, got {k!r}")
-            if spec is not None:
-                out[k] = _state_codec(spec)
-        if "master" in out and scheme != "master":
-            raise ValueError(f"states['master'] is the format of the master copy: it needs "
-                             f"scheme='master', got scheme={scheme!r}")
-        return out
+        return dict(_np_resolve_states(states, cls._moments, scheme, convert=_state_codec))
 
     # -- parameters -----------------------------------------------------------------------------
     def add_param_group(self, param_group):
