@@ -9,10 +9,8 @@ micro-batches.
 
 import copy
 import io
-import multiprocessing as mpstd
 import os
-import socket
-import warnings
+import sys
 
 import numpy as np
 import pytest
@@ -334,12 +332,13 @@ def test_measured_memory():
 
 # -- DDP ---------------------------------------------------------------------------------------
 
-def _ddp_worker(rank, port, out_dir):
+def _ddp_worker(out_dir):
+    """One rank of the DDP check (this file under torchrun: ``RANK`` etc. in the env)."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
     try:
         model = _mlp(seed=rank)  # different init on rank 1: data_parallel broadcasts rank 0's
         q = et.Quantizer("e4m3", "sr", granularity="row")
@@ -356,21 +355,12 @@ def _ddp_worker(rank, port, out_dir):
         dist.destroy_process_group()
 
 
-def test_ddp_two_processes_equal_accumulation(tmp_path):
-    mp = pytest.importorskip("torch.multiprocessing")
+def test_ddp_two_processes_equal_accumulation(tmp_path, torchrun):
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("no gloo backend")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # fork where there is one (twice as fast as spawn: no re-import); the workers use one
-    # thread each, so an OpenMP pool inherited from the parent is never entered.
-    method = "fork" if "fork" in mpstd.get_all_start_methods() else "spawn"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork of a threaded parent
-        mp.start_processes(_ddp_worker, args=(port, str(tmp_path)), nprocs=2, join=True,
-                           start_method=method)
+    # two fresh processes (torchrun; not a fork of this threaded process, which can hang)
+    torchrun([os.path.abspath(__file__), "ddp-worker", tmp_path], tmp_path)
     # One process, the same two micro-batches accumulated; DDP averages (g0 + g1) / 2 as
     # g0/2 + g1/2, which loss/2 reproduces exactly (halving is exact).
     model = _mlp(seed=0)
@@ -388,3 +378,7 @@ def test_ddp_two_processes_equal_accumulation(tmp_path):
         assert got.keys() == ref.keys()
         for k in ref:
             assert torch.equal(got[k], ref[k]), (r, k)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["ddp-worker"]:
+    _ddp_worker(sys.argv[2])
