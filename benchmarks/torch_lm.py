@@ -36,9 +36,9 @@ import time
 
 import torch
 
-from ecosim.torch import ECOAdamW, Quantizer
+from ecosim.torch.lm import LMConfig, build_optimizers
 from ecosim.torch.model import PRESETS, Transformer, param_counts, quantized_names
-from ecosim.torch.nn import measured_memory, store_weights
+from ecosim.torch.nn import measured_memory
 
 ROWS = (("master", "param"), ("master", "codes"), ("eco", "param"), ("eco", "codes"))
 
@@ -48,26 +48,15 @@ def _sync(dev):
         torch.cuda.synchronize(dev)
 
 
-def build(preset: str, scheme: str, storage: str, mode: str, dev, lr: float):
-    """The model (FP32) and its two optimizers: ECOAdamW over the block linears, AdamW over
-    the embedding, head and norm gains (as ``python -m ecosim.torch.lm`` builds them)."""
-    cfg = PRESETS[preset].model
-    gen = torch.Generator().manual_seed(0)
-    model = Transformer(cfg, gen).to(dev)
+def build(preset: str, scheme: str, storage: str, mode: str, dev):
+    """The model and its optimizers exactly as ``python -m ecosim.torch.lm`` builds them for
+    method ``fp8_{scheme}_{mode}`` (:func:`ecosim.torch.lm.build_optimizers`), and the
+    parameters of the quantized linears."""
+    cfg = LMConfig(preset=preset, method=f"fp8_{scheme}_{mode}", storage=storage).resolved()
+    model = Transformer(PRESETS[preset].model, torch.Generator().manual_seed(0)).to(dev)
     qn = set(quantized_names(model))
-    q = Quantizer("e4m3", mode, granularity="row")
-    weights = q
-    if storage == "codes":
-        layers = {n.rsplit(".", 1)[0] for n in qn}
-        store_weights(model, q, key=0, predicate=lambda name, mod: name in layers)
-        weights = None
-    named = list(model.named_parameters())
-    hp = dict(betas=(0.9, 0.98), eps=1e-9)
-    eco = ECOAdamW([(n, p) for n, p in named if n in qn], lr, weight_decay=0.1, scheme=scheme,
-                   weights=weights, key=0, **hp)
-    rest = torch.optim.AdamW([p for n, p in named if n not in qn], lr=lr, weight_decay=0.1,
-                             **hp)
-    return model, [eco, rest], [p for n, p in named if n in qn]
+    opts = build_optimizers(model, cfg)
+    return model, opts, [p for n, p in model.named_parameters() if n in qn]
 
 
 def time_opt_step(opt, qparams, reps: int, dev) -> float:
@@ -140,7 +129,7 @@ def main(argv=None) -> int:
                 if dev.type == "cuda":
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats(dev)
-                model, opts, qparams = build(preset, scheme, storage, mode, dev, pr.lr)
+                model, opts, qparams = build(preset, scheme, storage, mode, dev)
                 step = time_opt_step(opts[0], qparams, args.reps, dev)
                 base.setdefault(storage, step if scheme == "master" else math.nan)
                 static = measured_memory(qparams, opts[0]).per_param()["total"]

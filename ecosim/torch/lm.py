@@ -120,7 +120,8 @@ from .nn import data_parallel, measured_memory, store_weights
 from .optim import ECOAdamW
 from .quantizer import Quantizer
 
-__all__ = ["METHODS", "TABLE1_METHODS", "Method", "LMConfig", "lr_factor", "main", "train"]
+__all__ = ["METHODS", "TABLE1_METHODS", "Method", "LMConfig", "build_optimizers", "lr_factor",
+           "main", "train"]
 
 CHECKPOINT = "checkpoint.pt"
 _FORMAT = "ecosim.lm/1"
@@ -512,8 +513,12 @@ def _clip_grad_norm(params, max_norm: float, env: _Env) -> float:
 
 # -- model and optimizers ----------------------------------------------------------------------
 
-def _optimizers(model: Transformer, cfg: LMConfig, method: Method) -> list:
-    """ECOAdamW over the quantized linears (if the method quantizes) and AdamW over the rest."""
+def build_optimizers(model: Transformer, cfg: LMConfig) -> list:
+    """The optimizers of a run: ``[ECOAdamW over the block-internal linears (if the method
+    quantizes), torch AdamW over the rest]``. With ``cfg.storage == "codes"`` the linears of
+    ``model`` are first replaced by :class:`ecosim.torch.nn.QuantizedLinear` (in place).
+    ``cfg`` must be resolved (:meth:`LMConfig.resolved`: its ``lr`` is used)."""
+    method = METHODS[cfg.method]
     qnames = set(quantized_names(model)) if method.scheme is not None else set()
     named = list(model.named_parameters())
     hp = dict(betas=cfg.betas, eps=cfg.eps)
@@ -674,7 +679,7 @@ def _train(cfg: LMConfig, env: _Env) -> dict:
     model = Transformer(preset.model, gen).to(dev)
     if cfg.fsdp:
         _fully_shard(model, env)
-    opts = _optimizers(model, cfg, method)
+    opts = build_optimizers(model, cfg)
     lam = lambda s: lr_factor(s, cfg.steps, cfg.warmup, cfg.final_lr)  # noqa: E731
     scheds = [torch.optim.lr_scheduler.LambdaLR(o, lam) for o in opts]
 
