@@ -167,16 +167,22 @@ def _resolve_weights(weights: Any, scheme: str) -> Quantizer | Mapping | None:
     if isinstance(weights, Quantizer):
         return weights
     if isinstance(weights, Mapping):
-        out = {}
-        for name, q in weights.items():
-            if not isinstance(name, str):
-                raise TypeError(f"weights keys must be parameter names (str), got {name!r}")
-            if q is not None and not isinstance(q, Quantizer):
-                raise TypeError(f"weights[{name!r}] must be a Quantizer or None, got {q!r}")
-            out[name] = q
-        return MappingProxyType(out)
+        return MappingProxyType(_weights_dict(weights, Quantizer, "a Quantizer"))
     raise TypeError(f"weights must be a Quantizer, a dict name -> Quantizer | None, or None; "
                     f"got {type(weights).__name__}")
+
+
+def _weights_dict(weights: Mapping, qtype: type, what: str) -> dict:
+    """A ``weights=`` dict checked: parameter names to ``qtype`` (``what``) or None."""
+    out = {}
+    for name, q in weights.items():
+        if not isinstance(name, str):
+            raise TypeError(f"weights keys must be parameter names (str), got {name!r}")
+        if q is not None and not isinstance(q, qtype):
+            raise TypeError(f"weights[{name!r}] must be {what} or None, got "
+                            f"{type(q).__name__}")
+        out[name] = q
+    return out
 
 
 def _resolve_states(states: Any, moments: tuple[str, ...], scheme: str,

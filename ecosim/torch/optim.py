@@ -95,6 +95,7 @@ import torch
 
 from .. import rng
 from ..optim.base import _resolve_states as _np_resolve_states
+from ..optim.base import _weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer
 from .nn import _Codec, _raw, stored
 from .quantizer import Encoded, Quantizer
@@ -654,15 +655,7 @@ def _resolve_weights(weights):
     if weights is None or isinstance(weights, Quantizer):
         return weights
     if isinstance(weights, Mapping):
-        out = {}
-        for name, q in weights.items():
-            if not isinstance(name, str):
-                raise TypeError(f"weights keys must be parameter names (str), got {name!r}")
-            if q is not None and not isinstance(q, Quantizer):
-                raise TypeError(f"weights[{name!r}] must be an ecosim.torch.Quantizer or None, "
-                                f"got {type(q).__name__}")
-            out[name] = q
-        return out
+        return _weights_dict(weights, Quantizer, "an ecosim.torch.Quantizer")
     raise TypeError(f"weights must be an ecosim.torch.Quantizer, a dict name -> Quantizer | None, "
                     f"or None (stored weights use their store's quantizer); got "
                     f"{type(weights).__name__}")
