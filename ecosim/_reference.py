@@ -1,4 +1,4 @@
-"""Slow, obviously-correct reference for the rounding rules of SPEC.md section 2 (tests only).
+"""Slow, obviously-correct reference for the rounding rules of docs/theory.md §2 (tests only).
 
 It shares nothing with :mod:`ecosim.rounding`'s bit manipulation: it enumerates the format's
 finite values, finds the two neighbours of ``|x|`` by search, and decides with exact float64

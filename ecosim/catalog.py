@@ -1,4 +1,4 @@
-"""The named formats of SPEC.md section 1, built from one table by two family factories.
+"""The named formats of docs/theory.md §1, built from one table by two family factories.
 
 Canonical names follow ``ml_dtypes``; aliases are short names people type. Names and aliases are
 checked unique when the module is imported.

@@ -1,6 +1,6 @@
 """Static memory of quantized training: bytes per parameter by formula, and measured.
 
-Convention (SPEC.md section 6, the ECO paper's accounting). *Static* memory is what persists
+Convention (docs/theory.md §6, the ECO paper's accounting). *Static* memory is what persists
 between optimizer steps, per parameter:
 
 * the weights of record: the full-precision master copy for scheme ``"master"`` (the model's

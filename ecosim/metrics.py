@@ -3,7 +3,7 @@
 ECO replaces the previous quantization error by the current one when it injects the error into
 the momentum (``e_prev ~ e``; ECO paper, M. Nikdan et al., arXiv 2601.22101). This module
 measures how good that approximation is for two consecutive errors ``e_t`` and ``e_{t+1}``
-(SPEC.md section 5):
+(docs/theory.md §5.8):
 
 - ``cosine``     = <e_t, e_{t+1}> / (||e_t|| ||e_{t+1}||), clipped to [-1, 1];
 - ``norm_ratio`` = ||e_{t+1}|| / ||e_t||;

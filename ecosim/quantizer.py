@@ -1,7 +1,7 @@
 """Scaled quantization ``q(x) = s * Q(x / s)`` with per-tensor, row, column or group scales.
 
-Training never rounds raw weights: a scale ``s`` maps each block onto the grid (SPEC.md
-section 3). :class:`Quantizer` holds the choices (format, rounding, granularity, scale rule)
+Training never rounds raw weights: a scale ``s`` maps each block onto the grid (docs/theory.md
+§3). :class:`Quantizer` holds the choices (format, rounding, granularity, scale rule)
 and maps arrays to dequantized values, or to real low-precision storage (:class:`Encoded`)
 and back.
 """

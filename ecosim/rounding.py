@@ -255,7 +255,7 @@ def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
         # SR on the bits: with j = nbits - sh >= 0, "r + (low << j) >= 2**nbits" is exactly
         # "(r >> j) + low >= 2**sh", i.e. a carry out of the dropped bits (and with
         # j < 0, "(r << -j) + low >= 2**sh"). So adding the scaled random word and truncating
-        # is the SPEC.md rule itself, bit for bit.
+        # is the count rule of docs/theory.md §2.2 itself, bit for bit.
         if rbits.dtype == src.udtype and plan.nbits == 8 * rbits.dtype.itemsize:
             rr = rbits
         else:

@@ -1,6 +1,6 @@
 """Theory of quantized training without master weights: coefficients, closed forms, bounds.
 
-This module owns the formulas that simulations are checked against (SPEC.md sections 4-5):
+This module owns the formulas that simulations are checked against (docs/theory.md §4, §5):
 
 - the ECO momentum-injection coefficients (:func:`eco_alpha`, :func:`adam_eco_coefficient`);
 - the closed-form stationary second moment of the stored iterate on the scalar quadratic
@@ -48,9 +48,9 @@ __all__ = [
     "rtn_stall_threshold",
 ]
 
-#: Schemes of SPEC.md section 4 that the linear analysis covers (kahan is not linear-additive).
+#: Schemes of docs/theory.md §4 that the linear analysis covers (kahan is not linear-additive).
 SCHEMES = ("fp", "master", "naive", "eco", "eco_exact")
-#: Schemes with a closed form on the scalar quadratic (SPEC.md section 5).
+#: Schemes with a closed form on the scalar quadratic (docs/theory.md §5.2).
 QUADRATIC_SCHEMES = ("master", "naive", "eco")
 # Schemes whose update uses the ECO coefficient alpha, undefined at beta = 0.
 _ALPHA_SCHEMES = ("eco", "eco_exact")
@@ -107,7 +107,7 @@ def _check_scheme(scheme, allowed):
 
 
 # --------------------------------------------------------------------------------------------
-# ECO coefficients (SPEC.md section 4)
+# ECO coefficients (docs/theory.md §4.3, §4.5)
 # --------------------------------------------------------------------------------------------
 
 def eco_alpha(lr, beta):
@@ -150,7 +150,7 @@ def adam_eco_coefficient(lr, b1, step, d, *, weight_decay=0.0, wd_corrected=Fals
         c = ((1 - b1**t) / lr) * (1 - 1/b1) * d                 (plain rule)
         c = ((1 - b1**t) / lr) * (1 - 1/b1) * d * (1 - lr*wd)   (wd_corrected=True)
 
-    (ECO paper, arXiv 2601.22101; SPEC.md section 4). ``v`` is not changed by ECO.
+    (ECO paper, arXiv 2601.22101; docs/theory.md §4.5). ``v`` is not changed by ECO.
 
     Args:
         lr: learning rate of this step, > 0.
@@ -179,7 +179,7 @@ def adam_eco_coefficient(lr, b1, step, d, *, weight_decay=0.0, wd_corrected=Fals
 
 
 # --------------------------------------------------------------------------------------------
-# Closed forms on the scalar quadratic (SPEC.md section 5)
+# Closed forms on the scalar quadratic (docs/theory.md §5.2)
 # --------------------------------------------------------------------------------------------
 
 def stability_limit(L, beta, *, heavy_ball=False):
@@ -192,7 +192,7 @@ def stability_limit(L, beta, *, heavy_ball=False):
         EMA:        lr < 2 (1 + beta) / ((1 - beta) L)
         heavy ball: lr < 2 (1 + beta) / L
 
-    The same limit holds for every scheme of SPEC.md section 4 (quantization only adds noise).
+    The same limit holds for every scheme of docs/theory.md §4 (quantization only adds noise).
 
     Args:
         L: curvature, > 0.
@@ -211,7 +211,7 @@ def stability_limit(L, beta, *, heavy_ball=False):
 def quadratic_stationary(scheme, L, lr, beta, sigma2):
     """Closed-form stationary ``E[x_hat^2]`` on ``f = L x^2 / 2`` under additive noise.
 
-    Model (SPEC.md section 5, ECO paper's tightness example): optimum 0, EMA momentum
+    Model (docs/theory.md §5.2, ECO paper's tightness example): optimum 0, EMA momentum
     ``m = beta*m + (1-beta)*g`` with ``g = L*x_hat``, and every quantized write is
     ``q(y) = y + xi`` with i.i.d. zero-mean ``xi`` of variance ``sigma2``. With ``h = L*lr``::
 
@@ -312,7 +312,7 @@ def linear_system(scheme, L, lr, beta, *, heavy_ball=False):
     Quantization is the additive model ``q(y) = y + xi`` (so the error is ``e = -xi``), the
     gradient is ``g_t = L*x_hat_t + zeta_t``, and the momentum is ``m = beta*m + c*g`` with
     ``c = 1 - beta`` (EMA) or ``c = 1`` (heavy ball). ``alpha = eco_alpha(lr, beta)`` for both
-    momentum forms (SPEC.md section 4). Recursions, one step (``m' = beta*m_t + c*g_t``):
+    momentum forms (docs/theory.md §4.3). Recursions, one step (``m' = beta*m_t + c*g_t``):
 
     - ``fp``: ``x_{t+1} = x_t - lr*m'``, ``m_{t+1} = m'``; no quantization.
       State ``(x_hat, m)``.
@@ -485,7 +485,7 @@ def lyapunov_stationary(scheme, eigenvalues, lr, beta, *, sigma2=1.0, grad_noise
 
 
 # --------------------------------------------------------------------------------------------
-# Convergence floors of the ECO paper (SPEC.md section 5)
+# Convergence floors of the ECO paper (docs/theory.md §5.5, §5.6)
 # --------------------------------------------------------------------------------------------
 
 def _check_bound_inputs(L, lr, beta):

@@ -4,7 +4,7 @@
 :mod:`ecosim.problems` and returns a :class:`History`: losses, validation loss, distance to the
 optimum, gradient norms, and the per-step quantization-error metrics that the ECO theory is
 about (the mean squared error of the weight write, and the similarity of consecutive errors,
-SPEC.md section 5). Sweeps over seeds and configurations are experiments
+docs/theory.md §5.8). Sweeps over seeds and configurations are experiments
 (:mod:`ecosim.experiments`): cached by a hash of the resolved configuration and resumable.
 """
 

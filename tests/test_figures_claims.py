@@ -2,7 +2,7 @@
 
 The verdicts themselves are not asserted here (smoke runs are too short for the 5% criteria;
 the full-size build decides them); what is checked is that the table is well formed, has one
-row per claim of SPEC.md section 5 in order, and that every number in it is finite.
+row per claim of docs/theory.md §5.9 in order, and that every number in it is finite.
 """
 from __future__ import annotations
 

@@ -692,8 +692,8 @@ def test_quadratic_naive_rtn_stalls_eco_escapes_eco_sr_near_master_sr():
     Measured (2000 steps, tail = mean loss over the last 1000): f(x0) = 17.4; naive+RTN
     freezes at 3.50 (no stored weight changes in the tail) at distance 5.8 from x*; eco+RTN
     reaches 2.0e-3, as master+RTN; over keys 0..2 eco+SR's floor is 1.21-1.23x master+SR's
-    (2.0e-3). (naive+SR: 2.4e-3 -- with exact gradients naive SR does not blow up, SPEC
-    section 5.)"""
+    (2.0e-3). (naive+SR: 2.4e-3 -- with exact gradients naive SR does not blow up,
+    docs/theory.md §5.4.)"""
     steps, tail = 2000, 1000
     fixed = lambda mode: Quantizer("int8", mode, scale=2.0**-5)  # noqa: E731
     make = lambda scheme, mode: sgdm(0.05, 0.9, scheme=scheme, weights=fixed(mode))  # noqa: E731

@@ -86,7 +86,7 @@ def test_stability_limit_values():
 
 
 def test_quadratic_stationary_spec_example():
-    # SPEC.md section 5 quotes master 1.005, naive 54.75, eco 5.265 (x sigma^2) at
+    # docs/theory.md §5.2 quotes master 1.005, naive 54.75, eco 5.265 (x sigma^2) at
     # beta = 0.9, lr = 0.01, L = 1; the closed forms give these to the quoted digits.
     values = {s: th.quadratic_stationary(s, 1.0, 0.01, 0.9, 1.0) for s in CLOSED_FORM_SCHEMES}
     assert round(values["master"], 3) == 1.005
@@ -293,7 +293,7 @@ def test_lyapunov_rejects_bad_inputs(kwargs):
 
 def _simulate(scheme, L, lr, beta, *, sigma2, grad_noise, heavy_ball, precond, rng, chains,
               burn, window):
-    """Per-chain time averages of x_hat^2, written out from SPEC.md section 4.
+    """Per-chain time averages of x_hat^2, written out from docs/theory.md §4.2.
 
     Quantization is q(y) = y + xi with xi ~ Uniform(-h, h), h^2/3 = sigma2 (the prediction only
     depends on the variance). Returns an array (chains, *L.shape).
@@ -333,7 +333,7 @@ def _simulate(scheme, L, lr, beta, *, sigma2, grad_noise, heavy_ball, precond, r
 
 MC_CASES = [
     # scheme, L, lr, beta, sigma2, grad_noise, heavy_ball, precond
-    ("naive", 1.0, 0.01, 0.9, 1.0, 0.0, False, 1.0),    # SPEC.md section 5 example
+    ("naive", 1.0, 0.01, 0.9, 1.0, 0.0, False, 1.0),    # docs/theory.md §5.2 example
     ("eco", 1.0, 0.01, 0.9, 1.0, 0.0, False, 1.0),
     ("master", 1.0, 0.05, 0.9, 1.0, 0.0, False, 1.0),
     ("naive", 1.0, 0.05, 0.9, 1.0, 0.0, False, 1.0),

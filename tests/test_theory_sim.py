@@ -1,4 +1,4 @@
-"""The theory of SPEC.md section 5 against simulation with real rounding on real grids.
+"""The theory of docs/theory.md §5 against simulation with real rounding on real grids.
 
 Statistical tolerances: every floor estimate comes with a batch-means standard error (SE) from
 :func:`ecosim.experiments.floor.simulate_floor` (20 blocks of the stationary phase, each many
@@ -182,7 +182,7 @@ def test_eco_floor_under_the_sr_bound_and_lyapunov_within_its_ci(L, lr_L, beta, 
     # measured sigma^2 (per coordinate) and G = 0 (exact gradients vanish at the optimum).
     assert L**2 * r["ex2"] <= theory.sr_floor(L, 0.0, r["s2"], lr, beta)
     # Lyapunov prediction (additive model with the measured sigma^2) within 5 SE + 1%
-    # (the 1% is real SR's measured distance from the additive model, SPEC.md section 5).
+    # (the 1% is real SR's measured distance from the additive model, docs/theory.md §5.4).
     assert abs(r["ratio"] - r["lyapunov"]) <= 5 * r["ratio_se"] + 0.01 * r["lyapunov"]
 
 

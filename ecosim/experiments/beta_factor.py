@@ -1,6 +1,6 @@
 """ECO's price for dropping the master copy: the factor 1/(1 - beta^2), measured.
 
-On the quadratic of :mod:`.floor` the closed forms of SPEC.md section 5 give ECO's normalised
+On the quadratic of :mod:`.floor` the closed forms of docs/theory.md §5.2 give ECO's normalised
 floor over master's as
 
     eco / master = [2 / (2(1-beta^2) - h(1-beta)^2)] / [1 + h(1+beta) / (2(1+beta) - h(1-beta))]

@@ -1,7 +1,7 @@
 """How similar consecutive quantization errors are over a training run (figure 6).
 
 ECO injects the current rounding error where the exact correction needs the previous one
-(``e_prev ~ e``; SPEC.md sections 4-5). This experiment measures how good that approximation is
+(``e_prev ~ e``; docs/theory.md §5.8). This experiment measures how good that approximation is
 on a small MLP trained with AdamW under the ECO paper's schedule (linear warmup over 10% of the
 steps, cosine to 0.1x the peak), with FP8 E4M3 weights and one absmax scale per output row, for
 master weights with RTN, master weights with SR and ECO with SR. The training loop

@@ -1,4 +1,4 @@
-"""Noise floors on a quadratic: real rounding against the closed forms of SPEC.md section 5.
+"""Noise floors on a quadratic: real rounding against the closed forms of docs/theory.md §5.2.
 
 One unit trains ``f(x) = L/2 ||x - x*||^2`` (``d`` coordinates, exact gradients, optimum off the
 grid) with SGD-momentum under one scheme, learning rate, beta and rounding mode, and measures

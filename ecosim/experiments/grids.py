@@ -5,7 +5,7 @@ Three small computations, all from :mod:`ecosim.formats` and :func:`ecosim.quant
 * the finite values of a few formats (FP8 E4M3/E5M2, FP4 E2M1, INT4, ternary);
 * the probability that a value between two neighbours ``lo < hi`` of a grid rounds up, as a
   function of its position ``p = (x - lo)/(hi - lo)``: RTN (a step at 1/2, ties to even), SR
-  with 32 random bits (``floor(p * 2**32) / 2**32``, the count rule of SPEC.md section 2),
+  with 32 random bits (``floor(p * 2**32) / 2**32``, the count rule of docs/theory.md §2.2),
   SR with few bits by enumerating every bit pattern (exact, no sampling), and the measured
   frequency of keyed SR at a few positions (sampling, with its binomial standard error);
 * histograms of the rounding error ``q(x) - x`` in units of the local grid step, for

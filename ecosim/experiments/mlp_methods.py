@@ -9,7 +9,7 @@ then cosine decay to 0.1x the peak (:class:`~ecosim.optim.WarmupCosine`), mini-b
 The three weight matrices are stored in the weight format; the biases stay in float32 (the
 paper quantizes only the linear layers).
 
-The seven methods of the paper's Table 1 (SPEC.md section 7), as ``(weights, scheme, mode)``:
+The seven methods of the paper's Table 1 (docs/theory.md §7), as ``(weights, scheme, mode)``:
 
 * ``bf16 / master / rtn``: "BF16 w/ master": an FP32 master copy, the model's weights its
   bfloat16 cast (RTN with scale 1, as in mixed-precision training);

@@ -1,6 +1,6 @@
 """Naive removal of the master copy under a decaying learning rate (figure 4).
 
-The closed forms of SPEC.md section 5 say that, normalised by the quantization-error variance,
+The closed forms of docs/theory.md §5.2 say that, normalised by the quantization-error variance,
 naive removal's floor grows like ``1/(2 L lr)`` while ECO's stays at ``1/(1 - beta^2)``. A
 learning-rate schedule that decays makes this visible within one run: each unit trains the
 quadratic of :mod:`.floor` (``d`` coordinates, fixed uniform grid) with SGD-momentum under the

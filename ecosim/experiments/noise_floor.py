@@ -1,7 +1,7 @@
 """The additive-noise model of the quadratic noise floor, simulated, and its theory curves.
 
 Figure 2 (``noise_floor``) sets real stochastic rounding (the ``floor`` experiment, :mod:`.floor`)
-beside the model the closed forms of SPEC.md section 5 are derived for: every quantized write is
+beside the model the closed forms of docs/theory.md §5.2 are derived for: every quantized write is
 ``q(y) = y + xi`` with i.i.d. ``xi ~ N(0, sigma2)``, whatever ``y`` is. This module simulates that
 recursion directly (no grid, no optimizer object: a few vectorised NumPy lines over ``d``
 independent coordinates of ``f = L/2 ||x||^2``) and tabulates the closed forms and the Lyapunov

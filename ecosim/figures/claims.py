@@ -1,4 +1,4 @@
-"""Figure ``claims``: every theoretical claim of SPEC.md section 5 beside the number that tests it.
+"""Figure ``claims``: every theoretical claim of docs/theory.md §5 beside the number that tests it.
 
 This figure runs no simulation of its own. It reads the theory experiments behind figures 2-6
 (``floor``, ``floor_additive``, ``beta_factor``, ``naive_decay``, ``rtn_stall``,
@@ -42,10 +42,10 @@ MIN_COS_RTN = 0.8         # error similarity: master+RTN cosine "high"
 MAX_NORM_DEV = 0.05       # ... norm ratio "near 1"
 MAX_COS_SR = 0.1          # ... SR "decorrelates"
 
-HEADER = ("claim", "theory (SPEC.md section 5)", "measured", "holds?")
+HEADER = ("claim", "theory (docs/theory.md §5)", "measured", "holds?")
 
 CAPTION = """
-Every theoretical claim of SPEC.md section 5, tested on the runs of figures 2-6 (the same
+Every theoretical claim of docs/theory.md §5, tested on the runs of figures 2-6 (the same
 table, with the numbers and the criteria, is claims.md, quoted in the README). (a) Measured over
 predicted for each quantitative prediction, log axis, +-2 standard errors (batch means; none for
 counts and growth factors); the shaded band is +-5%. (1) Normalised noise floors
@@ -465,7 +465,7 @@ def _claim_similarity(error_similarity) -> Claim:
 
 def evaluate(floor, floor_additive, beta_factor, naive_decay, rtn_stall,
              error_similarity) -> list[Claim]:
-    """The eight claims, in the order of SPEC.md section 5, evaluated on the runs."""
+    """The eight claims, in the order of docs/theory.md §5.9, evaluated on the runs."""
     return [_claim_floors(floor), _claim_beta_factor(beta_factor), _claim_eta_law(floor),
             _claim_fp8(floor, beta_factor), _claim_absolute(floor, floor_additive),
             _claim_decay(naive_decay), _claim_rtn(rtn_stall),
@@ -599,7 +599,7 @@ def _plot_contrasts(ax, items, betas):
 @figure("claims", experiments=["floor", "floor_additive", "beta_factor", "naive_decay",
                                  "rtn_stall", "error_similarity"], caption=CAPTION)
 def claims(floor, floor_additive, beta_factor, naive_decay, rtn_stall, error_similarity):
-    """The theory claims of SPEC.md section 5 against the runs: figure, data, markdown."""
+    """The theory claims of docs/theory.md §5 against the runs: figure, data, markdown."""
     items = evaluate(floor, floor_additive, beta_factor, naive_decay, rtn_stall,
                      error_similarity)
     betas = sorted({float(b) for b in floor["unit_beta"]}

@@ -19,7 +19,7 @@ scheme's own measured quantization-error variance sigma_emp^2 (the time average 
 per write). Filled circles: real stochastic rounding (SR) on a fixed uniform grid (step 2^-6);
 open squares: SR on FP8 E4M3 with a per-tensor absmax scale; open triangles: the additive-noise
 model q(y) = y + xi simulated directly; error bars are +-2 batch-means standard errors (mostly
-smaller than the markers). Thick lines: the closed forms of SPEC.md section 5; thin dashed
+smaller than the markers). Thick lines: the closed forms of docs/theory.md §5.2; thin dashed
 lines: the discrete Lyapunov solution of the same linear systems (they coincide). Master sits
 at sigma^2, ECO at sigma^2/(1 - beta^2) (dotted level) and naive removal grows like
 1/(2 L eta). Row 2: the same error in absolute terms. Real SR (filled) against the additive

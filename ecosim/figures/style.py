@@ -30,7 +30,7 @@ FORMAT_COLORS = {
     "bfloat16": COLORS["grey"],
 }
 
-# schemes of SPEC.md section 4; later figures use these so that a method has one colour
+# schemes of docs/theory.md §4; later figures use these so that a method has one colour
 METHOD_COLORS = {
     "fp": COLORS["black"],
     "master": COLORS["blue"],

@@ -1,6 +1,6 @@
 """AdamW over quantized weights: fp, master, naive, ECO, exact error feedback and Kahan.
 
-AdamW as in SPEC.md section 4 (bias-corrected, eps outside the square root, decoupled weight
+AdamW as in docs/theory.md §4.5 (bias-corrected, eps outside the square root, decoupled weight
 decay; Loshchilov and Hutter, arXiv 1711.05101), with ECO's injection (Nikdan et al.,
 arXiv 2601.22101). Step ``t`` (0-based; the bias corrections use ``n = t + 1``), ``lr = lr(t)``,
 ``g`` the gradient at the stored weights ``theta_hat``:
@@ -26,9 +26,9 @@ total ``-(lr / (1 - b1**n)) * (b1 / (1 - b1)) * k / d``; setting this to ``+e`` 
 write lost) gives the coefficient above. With weight decay each later step also shrinks what
 was given back by ``(1 - lr wd)``, which the optional correction anticipates by one step.
 
-Exact ECO for AdamW stores ``e_prev`` and adds it back to the weights (SPEC's "exact error
-feedback"): ``theta_hat + e_prev`` equals the master weights, so the stored weights equal the
-master scheme's with the same keys (up to floating-point round-off).
+Exact ECO for AdamW stores ``e_prev`` and adds it back to the weights (exact error
+feedback, docs/theory.md §4.4): ``theta_hat + e_prev`` equals the master weights, so the
+stored weights equal the master scheme's with the same keys (up to floating-point round-off).
 """
 
 from __future__ import annotations

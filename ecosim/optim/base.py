@@ -8,7 +8,7 @@ an immutable ``NamedTuple`` state), except that :meth:`QuantizedOptimizer.step` 
     params, state = opt.step(params, grads, state)
 
 ``params`` and ``grads`` are one floating array (the parameter named ``""``) or a dict of named
-arrays. The weight-update schemes (SPEC.md section 4; Nikdan et al., "ECO: Quantized Training
+arrays. The weight-update schemes (docs/theory.md §4; Nikdan et al., "ECO: Quantized Training
 without Full-Precision Master Weights", arXiv 2601.22101):
 
 ``"fp"``

@@ -3,7 +3,7 @@
 Zhao et al., "Direct Quantized Training of Language Models with Stochastic Rounding",
 arXiv 2412.04787 (ACML 2025): no master weights; the weights live on an n-bit integer grid (or
 a ternary one) with one scale per tensor, and every update is written with stochastic rounding
-onto the grid whose scale comes from the *previous* step's stored weights (SPEC.md section 3).
+onto the grid whose scale comes from the *previous* step's stored weights (docs/theory.md §4.7).
 Initialisation rounds the full-precision weights to nearest with BitNet b1.58's absmean scale
 (ternary) or an absmax scale (n bits), as the DQT reference code does.
 

@@ -1,6 +1,6 @@
 """SGD with momentum over quantized weights: fp, master, naive, ECO, exact ECO and Kahan.
 
-The update rules (SPEC.md section 4; ECO: Nikdan et al., arXiv 2601.22101). With ``g`` the
+The update rules (docs/theory.md §4.2; ECO: Nikdan et al., arXiv 2601.22101). With ``g`` the
 gradient at the stored weights ``theta_hat`` (plus ``weight_decay * theta_hat``, coupled L2 as
 in ``torch.optim.SGD``), ``lr = lr(t)``:
 
@@ -43,7 +43,7 @@ again), so ``u_t = u^M_t - e_t / lr(t)`` and ``theta_hat_t - lr(t) u_t = theta_t
 ``-beta e_t / (gain lr(t))`` to ``-e_{t+1} / (gain lr(t+1))``, which is the injection
 ``m += (beta / gain) e_t / lr(t) - e_{t+1} / (gain lr(t+1))``. The new error is divided by the
 *next* step's learning rate because that is the step whose update must give it back; with a
-constant learning rate this is SPEC's ``m + e_prev/lr - e/(lr beta)``. Initialisation:
+constant rate: ``m + e_prev/lr - e/(lr beta)`` (docs/theory.md §4.4). Initialisation:
 ``e_0 = theta_0 - q(theta_0)``, ``m_0 = -e_0 / (gain lr(0))``. The identity holds in exact
 arithmetic. In floating point ``theta_tilde`` differs from the master's by round-off, so a code
 could flip where a value sits on a rounding boundary; ``tests/test_optim.py`` measures it: on

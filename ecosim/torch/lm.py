@@ -22,7 +22,7 @@ name               scheme      weights                               paper row
 ``fp8_eco_sr``     eco         E4M3 row-wise, SR                     FP8 ECO + SR
 =================  ==========  ====================================  ==========================
 
-Recipe (SPEC.md section 7): AdamW ``betas=(0.9, 0.98)``, ``eps=1e-9``, weight decay 0.1 on
+Recipe (docs/theory.md §7): AdamW ``betas=(0.9, 0.98)``, ``eps=1e-9``, weight decay 0.1 on
 every matrix (embedding, head, linears; not on norm gains), gradient clipping at global norm
 1.0 over all parameters (the norm computed so that sharding cannot change it; see FSDP2
 below), learning rate warmed up linearly over the first 10% of the steps and

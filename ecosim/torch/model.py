@@ -1,4 +1,4 @@
-"""A Llama-style decoder and the model presets of the ECO paper's Table 1 (SPEC.md section 7).
+"""A Llama-style decoder and the model presets of the ECO paper's Table 1 (docs/theory.md §7).
 
 Architecture (pre-norm, no biases anywhere): token embedding; ``n_layers`` blocks of
 ``x + attn(rmsnorm(x))`` then ``x + mlp(rmsnorm(x))``, where ``attn`` is causal multi-head
@@ -296,7 +296,7 @@ def markdown_table() -> str:
     """The presets as a markdown table (shapes, parameter counts, learning rates) and the
     command that trains each: the README's presets table, generated (``ecosim readme``).
 
-    The paper-size commands follow the ECO paper's recipe (SPEC.md section 7): a global batch
+    The paper-size commands follow the ECO paper's recipe (docs/theory.md §7): a global batch
     of 512 sequences of 512 tokens and 100 training tokens per non-embedding parameter; the
     CPU presets get short runs."""
     lines = ["| preset | d_model / layers / heads (head dim) | SwiGLU width | non-embedding "

@@ -567,7 +567,7 @@ def measured_memory(model: nn.Module | list, optimizer: torch.optim.Optimizer | 
     scales.nbytes`` plus its slot's one element, any other parameter as its ``nbytes``; then
     every tensor in ``optimizer.state`` of those parameters, by buffer name (a
     ``"<buffer>_scales"`` entry counts with its buffer). Gradients and activations are
-    transient and not counted (SPEC.md section 6). A DTensor (an FSDP2-sharded parameter or
+    transient and not counted (docs/theory.md §6). A DTensor (an FSDP2-sharded parameter or
     state) counts with its local shard: the bytes and parameters this process holds.
 
     Example (AdamW, master FP32 weights vs ECO with FP8 codes):

@@ -270,8 +270,8 @@ def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws) -> t
             r += 1 << (sh - 1)
             r &= ~lowmask
     else:
-        # Add the top `sh` of the `nbits` random bits and truncate: the SPEC.md count rule
-        # (proved in ecosim.rounding). The addend is below 2**sh.
+        # Add the top `sh` of the `nbits` random bits and truncate: the count rule of
+        # docs/theory.md §2.2 (proved in ecosim.rounding). The addend is below 2**sh.
         torch.bitwise_and(rbits, (1 << plan.nbits) - 1, out=u)
         if plan.nbits >= sh:
             u >>= plan.nbits - sh
