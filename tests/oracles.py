@@ -1,0 +1,190 @@
+"""The oracles' known defects, in one place: which release has which, a probe that detects each
+from behaviour, and a model of what a defective oracle returns.
+
+Oracle tests use it so that they assert a defect exactly where a release has it and equality
+everywhere else, and keep passing when a release fixes it. ecosim's exact reference
+(:func:`ecosim._reference.round_reference`) decides the truth in every case.
+
+A defect's status on the installed release is read from the table and checked against the
+probe: a release inside the measured range must show the defect, one at or after ``fixed_in``
+must not (a disagreement fails with a message asking to remeasure), and any other release is
+classified by the probe alone.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from importlib import metadata
+
+import numpy as np
+from numpy.testing import assert_array_equal
+
+from ecosim import formats
+from ecosim._reference import round_reference
+from ecosim.rounding import quantize
+
+E8M0_LOW = 2.0**-127  # E8M0's smallest value
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """The leading release numbers of a version string: ``"0.7.0rc1"`` -> ``(0, 7, 0)``."""
+    m = re.match(r"\d+(\.\d+)*", text)
+    if m is None:
+        raise ValueError(f"expected a version string such as '0.7.0', got {text!r}")
+    return tuple(int(p) for p in m.group(0).split("."))
+
+
+def installed(package: str) -> tuple[int, ...]:
+    """The installed release of ``package`` as a tuple of ints."""
+    return version_tuple(metadata.version(package))
+
+
+def ml_cast(x: np.ndarray, dtype) -> np.ndarray:
+    """The ml_dtypes oracle: cast ``x`` to ``dtype`` and back to ``x.dtype`` (warnings off)."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return x.astype(dtype).astype(x.dtype)
+
+
+def _midpoint_neighbours(fmt) -> np.ndarray:
+    """float64 inputs 2**-30 (relative) either side of the midpoint above 1.0: float32 rounds
+    both onto the midpoint, so a cast through float32 gets one of them wrong."""
+    v = fmt.values()
+    hi = v[v > 1.0][0]
+    mid = (1.0 + hi) / 2
+    return np.array([mid * (1 + 2.0**-30), mid * (1 - 2.0**-30)])
+
+
+@dataclass(frozen=True)
+class Defect:
+    """One known oracle defect.
+
+    ``measured``: releases on which it was measured present; ``fixed_in``: the first release
+    measured without it (``None``: not fixed in any release measured). ``formats`` lists the
+    formats it affects and ``input_dtype`` the input precision where it shows.
+    """
+
+    name: str
+    package: str
+    summary: str
+    measured: tuple[str, ...]
+    fixed_in: str | None
+    formats: tuple[str, ...]
+    input_dtype: type
+
+    def expected(self, version: tuple[int, ...]) -> bool | None:
+        """What the table says about ``version``: present, absent, or ``None`` (unmeasured)."""
+        if self.fixed_in is not None and version >= version_tuple(self.fixed_in):
+            return False
+        seen = [version_tuple(v) for v in self.measured]
+        if min(seen) <= version <= max(seen):
+            return True
+        return None
+
+    def probe(self, cast) -> bool:
+        """Whether ``cast(x, dtype)`` shows this defect (a handful of inputs per format)."""
+        return any(self._probe_one(cast, formats.get(n)) for n in self.formats)
+
+    def _probe_one(self, cast, fmt) -> bool:
+        if self.name == "float64_double_rounding":
+            x = _midpoint_neighbours(fmt)
+            return bool((cast(x, fmt.dtype) != round_reference(x, fmt, saturate=False)).any())
+        if self.name == "e8m0_subnormal_window":
+            x = np.array([1.25 * E8M0_LOW], np.float32)
+            return bool(cast(x, fmt.dtype)[0] == 2 * E8M0_LOW)
+        raise ValueError(f"no probe for defect {self.name!r}")
+
+
+ML_DTYPES_FLOATS = tuple(n for n in formats.names()
+                         if formats.get(n).is_float and n != "float16")
+
+# Measured with the same numpy (2.4.6) on ml_dtypes 0.5.4, 0.6.0 and 0.7.0: every code, every
+# midpoint and one float32 ulp either side, overflow and the float32 subnormal range.
+DEFECTS = (
+    Defect("float64_double_rounding", "ml_dtypes",
+           "float64 inputs are cast to float32 first, then rounded again (double rounding)",
+           measured=("0.5.4", "0.6.0"), fixed_in="0.7.0",
+           formats=ML_DTYPES_FLOATS, input_dtype=np.float64),
+    Defect("e8m0_subnormal_window", "ml_dtypes",
+           "float8_e8m0fnu sends float32 inputs in (2**-127, 1.5 * 2**-127) to 2**-126",
+           measured=("0.5.4", "0.6.0"), fixed_in="0.7.0",
+           formats=("float8_e8m0fnu",), input_dtype=np.float32),
+)
+
+
+def get(name: str) -> Defect:
+    """The defect called ``name``."""
+    for d in DEFECTS:
+        if d.name == name:
+            return d
+    raise ValueError(f"expected one of {[d.name for d in DEFECTS]}, got {name!r}")
+
+
+def classify(defect: Defect, version: tuple[int, ...], cast) -> bool:
+    """Whether ``defect`` is present, from the probe, checked against the table for
+    ``version`` (``AssertionError`` when they disagree)."""
+    seen = defect.probe(cast)
+    want = defect.expected(version)
+    if want is not None and seen != want:
+        v = ".".join(map(str, version))
+        raise AssertionError(
+            f"{defect.package} {v}: defect {defect.name!r} is {'present' if seen else 'absent'}"
+            f" but tests/oracles.py says {'present' if want else 'absent'}; remeasure it")
+    return seen
+
+
+def active(package: str = "ml_dtypes") -> frozenset[str]:
+    """Names of the defects of the installed ``package`` (uses the module's ``ml_cast``, so a
+    test may replace it to emulate a release)."""
+    version = installed(package)
+    return frozenset(d.name for d in DEFECTS
+                     if d.package == package and classify(d, version, ml_cast))
+
+
+def ml_dtypes_deviation(x: np.ndarray, fmt, defects) -> tuple[np.ndarray, np.ndarray]:
+    """Where the ``defects`` (names) make the ml_dtypes cast of ``x`` differ from the exact
+    rounding, and what the cast returns there: ``(mask, values)`` (values valid under mask).
+
+    ``x`` is float32 or float64; inputs that are not finite, or not finite in float32, are
+    never in the mask."""
+    fmt = formats.get(fmt)
+    x = np.asarray(x)
+    with np.errstate(over="ignore"):
+        x32 = x.astype(np.float32)
+    ok = np.isfinite(x) & np.isfinite(x32)
+    if not fmt.signed:
+        ok &= x > 0
+    xs = np.where(ok, x, 1.0).astype(np.float64)
+    exact = round_reference(xs, fmt, saturate=False)
+    seen_in = xs  # the value the oracle rounds
+    if x.dtype == np.float64 and "float64_double_rounding" in defects:
+        seen_in = np.where(ok, x32, 1.0).astype(np.float64)
+    values = round_reference(seen_in, fmt, saturate=False)
+    if fmt.name == "float8_e8m0fnu" and "e8m0_subnormal_window" in defects:
+        window = (seen_in > E8M0_LOW) & (seen_in < 1.5 * E8M0_LOW)
+        values = np.where(window, 2 * E8M0_LOW, values)
+    mask = ok & ~((values == exact) | (np.isnan(values) & np.isnan(exact)))
+    return mask, values.astype(x.dtype)
+
+
+def bits_of(a: np.ndarray) -> np.ndarray:
+    """The bit patterns of a float array, as unsigned integers of the same width."""
+    a = np.asarray(a)
+    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def compare_with_ml_dtypes(x: np.ndarray, fmt, defects) -> int:
+    """Assert that ecosim's RTN (no saturation) equals the ml_dtypes cast of ``x`` bit for bit,
+    except where the ``defects`` bite: there the cast returns what the defect's model says and
+    ecosim returns the exact rounding. Returns how many inputs the defects bit."""
+    fmt = formats.get(fmt)
+    ours = quantize(x, fmt, "rtn", saturate=False)
+    theirs = ml_cast(x, fmt.dtype)
+    bites, model = ml_dtypes_deviation(x, fmt, defects)
+    assert_array_equal(theirs[bites], model[bites])
+    exact = round_reference(x[bites].astype(np.float64), fmt, saturate=False)
+    assert_array_equal(ours[bites], exact.astype(x.dtype))
+    assert_array_equal(bits_of(ours[~bites]), bits_of(theirs[~bites]))
+    return int(bites.sum())
