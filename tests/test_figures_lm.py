@@ -7,7 +7,9 @@ import pytest
 
 from ecosim import cli
 from ecosim import experiments as E
-from ecosim.experiments.lm import METHODS, method_parts, read_records, records_to_results
+from ecosim.experiments.lm import (METHODS, method_parts, read_records, records_to_results,
+                                   run_setting, unique_runs)
+from ecosim.figures.lm import lm_markdown, lm_pareto
 
 
 def _record(preset, method, val, *, nonembed, diverged=False, seed=0, steps=20):
@@ -68,8 +70,8 @@ def test_figures_from_a_results_file(tmp_path, capsys):
                    "--set", f"lm.results_file={f}"])
     assert rc == 0, capsys.readouterr().err
     md = (out / "lm_table.md").read_text()
-    assert "| FP8 naive + RTN | diverged | diverged |" in md
-    assert "| FP8 ECO + SR | 2.0600 (+0.0600) | 1.5600 (+0.0600) |" in md
+    assert "| FP8 naive + RTN | diverged n=1 | diverged n=1 |" in md
+    assert "| FP8 ECO + SR | 2.0600 (+0.0600) n=1 | 1.5600 (+0.0600) n=1 |" in md
     assert "tiny (100k)" in md and "small (1.0M)" in md
     final = (out / "lm_table.final.csv").read_text().splitlines()
     assert len(final) == 1 + len(_records())
@@ -96,3 +98,105 @@ def test_figures_set_is_checked(tmp_path, capsys):
 def test_lm_experiment_declares_torch():
     assert E.get("lm").requires == ("torch",)
     assert E.get("grids").requires == () and E.get("grids").missing() == []
+
+
+def _table(md: str) -> dict:
+    """{method label: [cells]} and the header of the first markdown table."""
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in md.split("\n\n")[0].splitlines()]
+    return {row[0]: row[1:] for row in rows[:1] + rows[2:]}
+
+
+def _write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_repeated_identical_seed_is_counted_once(tmp_path, capsys):
+    recs = _records()
+    again = {**recs[6], "wall_s": 99.0, "device_name": "another machine"}  # same outcome
+    both = recs + [again]
+    kept, notices = unique_runs(both, source="runs.jsonl")
+    assert len(both) == len(recs) + 1 and kept == recs  # input untouched, the repeat dropped
+    assert len(notices) == 1 and "\n" not in notices[0]
+    assert "seed 0 of tiny fp8_eco_sr (20 steps)" in notices[0]
+    assert "records 6, 14" in notices[0] and "counted once" in notices[0]
+    f = _write(tmp_path / "runs.jsonl", both)
+    assert cli.main(["run", "lm", "--set", f"results_file={f}", "--cache",
+                     str(tmp_path / "cache"), "--no-progress"]) == 0
+    assert "counted once" in capsys.readouterr().err
+    md = _table(lm_markdown(records_to_results(kept)))
+    assert md["FP8 ECO + SR"][0] == "2.0600 (+0.0600) n=1"  # not a mean of two copies
+
+
+def test_repeated_differing_seed_is_refused(tmp_path, capsys):
+    recs = _records()
+    both = recs + [{**recs[6], "val_loss": 2.07}]
+    with pytest.raises(ValueError, match=r"seed 0 of tiny fp8_eco_sr \(20 steps\) appears in "
+                       r"records 6 and 14 with different val_loss \(2.06 vs 2.07\).*separate "
+                       r"results files"):
+        unique_runs(both, source="runs.jsonl")
+    f = _write(tmp_path / "runs.jsonl", both)
+    assert cli.main(["figures", "--only", "lm_table", "--out", str(tmp_path / "out"),
+                     "--no-progress", "--set", f"lm.results_file={f}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "different val_loss" in err and "--out" in err
+    # the same seed in another setting is another run, not a repeat
+    assert len(unique_runs(recs + [{**recs[6], "val_loss": 2.07, "steps": 30}])[0]) == 15
+
+
+def _mixed():
+    """tiny: BF16 and ECO+SR; seeds 0 and 1 at 40 steps (BF16 only seed 0), seed 0 at 60."""
+    return [_record("tiny", "bf16_master", 2.00, nonembed=100_000, steps=40),
+            _record("tiny", "fp8_eco_sr", 2.10, nonembed=100_000, steps=40),
+            _record("tiny", "fp8_eco_sr", 2.20, nonembed=100_000, steps=40, seed=1),
+            _record("tiny", "bf16_master", 1.50, nonembed=100_000, steps=60),
+            _record("tiny", "fp8_eco_sr", 1.56, nonembed=100_000, steps=60)]
+
+
+def test_mixed_lengths_are_separate_columns():
+    md = _table(lm_markdown(records_to_results(_mixed())))
+    assert md["method"] == ["tiny (100k) · 40 steps", "tiny (100k) · 60 steps"]
+    assert md["BF16 w/ master"] == ["2.0000 n=1", "1.5000 n=1"]
+    # 40 steps: the mean of seeds 0 and 1 only; seed 1 has no baseline and is named
+    assert md["FP8 ECO + SR"][0] == ("2.1500 ± 0.0707 (+0.1000 over n=1; no finished BF16 "
+                                     "w/ master run for seed 1) n=2")
+    assert md["FP8 ECO + SR"][1] == "1.5600 (+0.0600) n=1"
+    _, tables = lm_pareto(records_to_results(_mixed()))
+    pts = tables["points"]
+    assert pts["setting"].tolist() == ["tiny (100k) · 40 steps"] * 2 + [
+        "tiny (100k) · 60 steps"] * 2
+    assert pts["val_loss"].tolist() == pytest.approx([2.0, 2.15, 1.5, 1.56])
+    assert pts["seeds"].tolist() == [1, 2, 1, 1]
+
+
+def test_every_cell_states_its_seeds():
+    recs = [_record("tiny", m, 2.0 + 0.01 * k + 0.001 * s, nonembed=100_000, seed=s,
+                    diverged=(m == "fp8_naive_rtn" and s == 1))
+            for k, m in enumerate(METHODS) for s in range(3)]
+    md = _table(lm_markdown(records_to_results(recs)))
+    assert md["method"] == ["tiny (100k)"]  # one setting: the preset's name alone
+    assert md["BF16 w/ master"] == ["2.0010 ± 0.0010 n=3"]
+    assert md["FP8 naive + RTN"] == ["2.0310 ± 0.0014 (+0.0300 ± 0.0000) n=2, 1 of 3 diverged"]
+    assert all(row[0].endswith("n=3") for label, row in md.items()
+               if label not in ("method", "FP8 naive + RTN"))
+
+
+def test_run_setting_is_the_run_identity():
+    base = {**_record("tiny", "fp8_eco_sr", 2.0, nonembed=100_000), "seq": 64, "batch": 8,
+            "grad_accum": 2, "world_size": 1, "global_batch": 16, "lr": 0.003,
+            "storage": "codes", "corpus": {"source": "/a", "sha256": "ab" * 32},
+            "device": "cpu", "fsdp": False}
+    same = [{**base, "batch": 16, "grad_accum": 1}, {**base, "device": "cuda:1"},
+            {**base, "corpus": {"source": "/b", "sha256": "ab" * 32}}, {**base, "seed": 3},
+            {**base, "method": "bf16_master"}]
+    other = [{**base, k: v} for k, v in (("steps", 40), ("seq", 128), ("global_batch", 32),
+                                         ("lr", 0.002), ("storage", "param"),
+                                         ("corpus", {"source": "/a", "sha256": "cd" * 32}),
+                                         ("clip", 0.5), ("eval_batches", 4))]
+    assert all(run_setting(r) == run_setting(base) for r in same)
+    assert len({run_setting(r) for r in other + [base]}) == len(other) + 1
+    r = records_to_results([base, other[4]])
+    assert r["storage"].tolist() == ["codes", "param"] and r["global_batch"].tolist() == [16, 16]
+    md = _table(lm_markdown(r))
+    assert md["method"] == ["tiny (100k) · storage codes", "tiny (100k) · storage param"]

@@ -16,8 +16,18 @@ finished run, as ``python -m ecosim.torch.lm --results FILE`` appends them).
 Results (one row per run): ``preset``, ``method``, ``seed``, ``steps``, ``tokens``,
 ``val_loss`` and ``final_train_loss`` (NaN when diverged), ``diverged``, ``n_nonembed``,
 ``n_quantized``, ``bytes_formula`` and ``bytes_measured`` (static bytes per parameter of the
-quantized linear layers: weights plus optimizer states), ``peak_memory`` (bytes), and the
-curves ``curve_step``, ``curve_train``, ``curve_val`` (rows padded with NaN).
+quantized linear layers: weights plus optimizer states), ``peak_memory`` (bytes), the
+curves ``curve_step``, ``curve_train``, ``curve_val`` (rows padded with NaN), the run's
+``seq``, ``global_batch``, ``lr``, ``storage`` and ``corpus`` (SHA-256), and ``setting``
+(:func:`run_setting`: what besides preset, method and seed defines the run).
+
+Comparable runs: two records are runs of the same experiment (and their seeds may be averaged)
+only when preset, method and :func:`run_setting` agree: the model's shape, steps, sequence
+length, global batch, peak lr and schedule, AdamW's betas, eps and weight decay, clipping,
+validation batches, weight storage, corpus (SHA-256) and train/validation split. How a global
+batch is cut into micro-batches or processes, FSDP, device and versions are not part of it.
+A results file holds one run per seed of each such identity: :func:`unique_runs` keeps one of
+repeated runs with identical outcomes (a notice) and refuses repeats that differ.
 """
 from __future__ import annotations
 
@@ -25,6 +35,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import sys
 from pathlib import Path
 from typing import ClassVar
 
@@ -32,7 +43,8 @@ import numpy as np
 
 from .base import Config, ConfigError, experiment
 
-__all__ = ["LMTableConfig", "METHODS", "method_parts", "records_to_results", "read_records"]
+__all__ = ["LMTableConfig", "METHODS", "method_parts", "records_to_results", "read_records",
+           "run_setting", "describe_setting", "unique_runs"]
 
 #: Table 1's seven methods, in the paper's order (names of ``python -m ecosim.torch.lm``).
 METHODS = ("bf16_master", "fp8_master_rtn", "fp8_master_sr", "fp8_naive_rtn", "fp8_naive_sr",
@@ -98,6 +110,11 @@ class LMTableConfig(Config):
                               f"got {self.steps}")
         if self.results_file and not Path(self.results_file).is_file():
             raise ConfigError(f"results_file {self.results_file!r} is not a file")
+        if self.results_file:  # refuse a file that repeats a run with another outcome now
+            try:
+                unique_runs(read_records(self.results_file), source=self.results_file)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         if not self.results_file and not (self.presets and self.methods):
             raise ConfigError("presets and methods must not be empty")
         if not self.results_file and (len(self.seeds) != len(self.presets)
@@ -133,6 +150,100 @@ def _num(x) -> float:
     return math.nan if x is None else float(x)
 
 
+#: Outcome fields of a record: repeated runs of one seed and identity must agree on all.
+_OUTCOME = ("steps_done", "tokens", "final_train_loss", "val_loss", "diverged",
+            "diverged_at_step", "curve", "bytes_per_param", "n_params")
+
+
+def run_setting(record: dict) -> str:
+    """What besides preset, method and seed defines a run, as canonical JSON.
+
+    Runs are comparable (their seeds averaged, their losses paired) only when preset and
+    setting agree. Fields a record lacks (older or hand-written records) are null.
+
+    >>> s = json.loads(run_setting({"steps": 40, "corpus": {"sha256": "ab", "files": 3}}))
+    >>> s["steps"], s["corpus"], s["seq"]
+    (40, 'ab', None)
+    """
+    corpus = record.get("corpus")
+    split = record.get("split")
+    setting = {
+        "model": record.get("model"), "steps": record.get("steps"), "seq": record.get("seq"),
+        "global_batch": record.get("global_batch", record.get("batch")),
+        "lr": record.get("lr"), "schedule": record.get("schedule"),
+        "betas": record.get("betas"), "eps": record.get("eps"),
+        "weight_decay": record.get("weight_decay"), "clip": record.get("clip"),
+        "eval_batches": record.get("eval_batches"), "storage": record.get("storage"),
+        "corpus": corpus.get("sha256") if isinstance(corpus, dict) else corpus,
+        "split": ({k: split.get(k) for k in ("block", "val_every")}
+                  if isinstance(split, dict) else split)}
+    return json.dumps(setting, sort_keys=True, separators=(", ", ": "))
+
+
+_SHORT = {"steps": "{} steps", "seq": "seq {}", "global_batch": "batch {}", "lr": "lr {:g}",
+          "storage": "storage {}", "corpus": "corpus {:.8}"}
+
+
+def describe_setting(setting: str, keys=None) -> str:
+    """A short text of a :func:`run_setting` (its ``keys`` only, default: the main ones).
+
+    >>> describe_setting(run_setting({"steps": 40, "seq": 64, "lr": 0.003}))
+    '40 steps, seq 64, lr 0.003'
+    """
+    d = json.loads(setting)
+    keys = list(_SHORT) if keys is None else keys
+    out = []
+    for k in keys:
+        v = d.get(k)
+        if v is None:
+            continue
+        try:
+            out.append(_SHORT[k].format(v) if k in _SHORT else f"{k} {json.dumps(v)}")
+        except (TypeError, ValueError):
+            out.append(f"{k} {json.dumps(v)}")
+    return ", ".join(out) if out else "no recorded setting"
+
+
+def unique_runs(records: list[dict], source: str = "records") -> tuple[list[dict], list[str]]:
+    """One record per (preset, method, :func:`run_setting`, seed), and notices of repeats.
+
+    A seed repeated within one identity with the same outcome (every field of ``_OUTCOME``;
+    timings, device and versions may differ) is kept once, with a one-line notice. The input
+    list is not modified.
+
+    Raises:
+        ValueError: a repeated seed whose outcomes differ (which identity, which seed, how
+            to fix it), or a record without ``preset``, ``method`` or ``seed``.
+    """
+    first: dict[tuple, int] = {}
+    repeats: dict[tuple, list[int]] = {}
+    kept = []
+    for i, r in enumerate(records):
+        try:
+            key = (str(r["preset"]), str(r["method"]), run_setting(r), int(r["seed"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{source}: record {i} is not a run record of ecosim.torch.lm "
+                             f"(needs preset, method and seed): {exc!r}") from None
+        if key not in first:
+            first[key] = i
+            kept.append(r)
+            continue
+        j = first[key]
+        diff = next((f for f in _OUTCOME if r.get(f) != records[j].get(f)), None)
+        if diff is not None:
+            raise ValueError(
+                f"{source}: seed {key[3]} of {key[0]} {key[1]} ({describe_setting(key[2])}) "
+                f"appears in records {j} and {i} with different {diff} "
+                f"({records[j].get(diff)!r:.40} vs {r.get(diff)!r:.40}); a results file must "
+                "hold one run per seed and setting: write repeats to separate results files "
+                "and plot each with its own --out")
+        repeats.setdefault(key, [j]).append(i)
+    notices = [f"{source}: seed {k[3]} of {k[0]} {k[1]} ({describe_setting(k[2])}) appears "
+               f"{len(v)} times (records {', '.join(map(str, v))}) with identical results: "
+               "counted once" for k, v in repeats.items()]
+    return kept, notices
+
+
 def records_to_results(records: list[dict]) -> dict[str, np.ndarray]:
     """Run records (as ``ecosim.torch.lm.train`` returns them) as result columns."""
     if not records:
@@ -142,7 +253,7 @@ def records_to_results(records: list[dict]) -> dict[str, np.ndarray]:
     cols: dict[str, list] = {k: [] for k in (
         "preset", "method", "seed", "steps", "tokens", "val_loss", "final_train_loss",
         "diverged", "n_nonembed", "n_quantized", "bytes_formula", "bytes_measured",
-        "peak_memory")}
+        "peak_memory", "seq", "global_batch", "lr", "storage", "corpus", "setting")}
     for i, r in enumerate(records):
         try:
             method_parts(r["method"])
@@ -161,6 +272,15 @@ def records_to_results(records: list[dict]) -> dict[str, np.ndarray]:
             cols["bytes_formula"].append(_num(r["bytes_per_param"]["formula"]))
             cols["bytes_measured"].append(_num(r["bytes_per_param"]["measured"]))
             cols["peak_memory"].append(int(r["peak_memory_bytes"]))
+            setting = run_setting(r)
+            d = json.loads(setting)
+            cols["seq"].append(-1 if d["seq"] is None else int(d["seq"]))
+            cols["global_batch"].append(-1 if d["global_batch"] is None
+                                        else int(d["global_batch"]))
+            cols["lr"].append(_num(d["lr"]))
+            cols["storage"].append(str(d["storage"] or ""))
+            cols["corpus"].append(str(d["corpus"] or ""))
+            cols["setting"].append(setting)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"record {i} ({r.get('preset')!r}, {r.get('method')!r}) is not a "
                              f"run record of ecosim.torch.lm: {exc!r}") from None
@@ -181,12 +301,15 @@ def _combine(cfg: LMTableConfig, units: list[dict], results: list) -> dict:
     return {k: np.concatenate([pad(r[k]) for r in results]) for k in results[0]}
 
 
-@experiment("lm", LMTableConfig, version="1", units=_units, combine=_combine,
+@experiment("lm", LMTableConfig, version="2", units=_units, combine=_combine,
             requires=("torch",))
 def lm(cfg: LMTableConfig, unit: dict) -> dict:
     """Table 1 on a Llama-style decoder: FP8 weights without master copies (torch backend)."""
     if cfg.results_file:
-        return records_to_results(read_records(cfg.results_file))
+        records, notices = unique_runs(read_records(cfg.results_file), source=cfg.results_file)
+        for line in notices:
+            print(f"lm: {line}", file=sys.stderr)
+        return records_to_results(records)
     try:
         from ..torch import lm as tlm
     except ImportError as exc:  # torch missing

@@ -4,14 +4,26 @@ Both read the ``lm`` experiment (:mod:`ecosim.experiments.lm`): runs of
 ``python -m ecosim.torch.lm`` made by ``make figures`` (CPU presets) or read from a results
 file (``--set lm.results_file=FILE``). ``lm_table`` also writes its table as markdown
 (``lm_table.md``) beside the paper's numbers.
+
+Only comparable runs are aggregated. A run's identity is its preset, method and setting
+(:func:`ecosim.experiments.lm.run_setting`: steps, sequence length, global batch, lr and
+schedule, AdamW's constants, clipping, validation batches, storage, corpus and split); each
+(preset, setting) is one column of the table (one panel of ``lm_pareto``, one group of bars),
+so runs of different lengths or batches are never averaged together. A preset with a single
+setting is labelled by its name; one with several gets a column per setting, labelled by what
+differs (``small (3.2M) · 100 steps``). Within a column a method's seeds are averaged (each
+cell states its ``n``) and paired with BF16-with-master's seeds of the same column; a seed
+without a finished baseline run is named in the cell. Repeated seeds are resolved when the
+results file is read (:func:`ecosim.experiments.lm.unique_runs`).
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 
-from ..experiments.lm import METHODS, method_parts
+from ..experiments.lm import METHODS, describe_setting, method_parts
 from . import style
 from .base import figure
 from .mlp_methods import PAPER_SIZES, PAPER_TABLE1, method_style
@@ -33,12 +45,52 @@ def _style(method: str) -> dict:
     return method_style(w, scheme, mode)
 
 
-def _presets(r) -> list[str]:
-    """Presets ordered by size (non-embedding parameters)."""
-    sizes = {}
-    for p, n in zip(r["preset"], r["n_nonembed"]):
-        sizes[str(p)] = int(n)
-    return sorted(sizes, key=lambda p: (sizes[p], p))
+BASE = "bf16_master"  # the paired gaps are to this method
+
+
+def _settings(r) -> np.ndarray:
+    """Each row's setting (a column without one, from older caches, counts as one setting)."""
+    return r["setting"] if "setting" in r else np.full(len(r["preset"]), "{}")
+
+
+def _columns(r) -> tuple[list[dict], np.ndarray]:
+    """The comparable groups of runs: one per (preset, setting), ordered by size, then steps.
+
+    Returns ``(columns, col)``: each column a dict (``preset``, ``setting``, ``label``,
+    ``n_nonembed``, ``steps``) and ``col[i]`` the column of row ``i``.
+
+    Raises:
+        ValueError: a seed occurs twice in one column and method (the results file reader
+            resolves repeats: this guards against anything that bypasses it).
+    """
+    settings = _settings(r)
+    keys = sorted({(str(p), str(s)) for p, s in zip(r["preset"], settings)})
+    first = {k: next(i for i, (p, s) in enumerate(zip(r["preset"], settings))
+                     if (str(p), str(s)) == k) for k in keys}
+    keys.sort(key=lambda k: (int(r["n_nonembed"][first[k]]), k[0],
+                             int(r["steps"][first[k]]), k[1]))
+    index = {k: j for j, k in enumerate(keys)}
+    col = np.array([index[(str(p), str(s))] for p, s in zip(r["preset"], settings)],
+                   dtype=np.int64)
+    cols = []
+    for p, s in keys:
+        i = first[(p, s)]
+        siblings = [json.loads(ss) for pp, ss in keys if pp == p]
+        label = f"{p} ({_fmt_params(int(r['n_nonembed'][i]))})"
+        if len(siblings) > 1:
+            differ = [k for k in sorted({k for d in siblings for k in d})
+                      if any(d.get(k) != siblings[0].get(k) for d in siblings)]
+            label += " · " + describe_setting(s, differ)
+        cols.append({"preset": p, "setting": s, "label": label,
+                     "n_nonembed": int(r["n_nonembed"][i]), "steps": int(r["steps"][i])})
+    seen = set()
+    for i, (c, m, seed) in enumerate(zip(col, r["method"], r["seed"])):
+        if (int(c), str(m), int(seed)) in seen:
+            raise ValueError(f"seed {int(seed)} of {cols[c]['label']} {m} occurs twice; "
+                             "one run per seed and setting (see ecosim.experiments.lm."
+                             "unique_runs)")
+        seen.add((int(c), str(m), int(seed)))
+    return cols, col
 
 
 def _methods(r) -> list[str]:
@@ -47,9 +99,8 @@ def _methods(r) -> list[str]:
     return order + sorted(present - set(order))
 
 
-def _cell(r, preset: str, method: str) -> tuple[float, float, int, int]:
-    """(mean val loss over finished seeds, std, seeds, diverged seeds)."""
-    rows = np.flatnonzero((r["preset"] == preset) & (r["method"] == method))
+def _cell(r, rows: np.ndarray) -> tuple[float, float, int, int]:
+    """(mean val loss over finished seeds, std, seeds, diverged seeds) of these rows."""
     v = r["val_loss"][rows][~r["diverged"][rows]]
     n_div = int(r["diverged"][rows].sum())
     if not v.size:
@@ -57,53 +108,73 @@ def _cell(r, preset: str, method: str) -> tuple[float, float, int, int]:
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(rows.size), n_div
 
 
-def _paired_gap(r, preset: str, method: str, base: str = "bf16_master") -> np.ndarray:
-    """Per-seed ``loss(method) - loss(base)`` over the seeds where both finished."""
+def _paired_gap(r, col: np.ndarray, c: int, method: str) -> tuple[np.ndarray, list[int]]:
+    """Per-seed ``loss(method) - loss(BASE)`` in column ``c``, and the finished seeds of
+    ``method`` without a finished BASE run of the same seed there (unpaired: reported)."""
     def by_seed(m):
-        rows = np.flatnonzero((r["preset"] == preset) & (r["method"] == m) & ~r["diverged"])
+        rows = np.flatnonzero((col == c) & (r["method"] == m) & ~r["diverged"])
         return {int(r["seed"][i]): float(r["val_loss"][i]) for i in rows}
-    a, b = by_seed(method), by_seed(base)
-    return np.array([a[k] - b[k] for k in sorted(a) if k in b])
+    a, b = by_seed(method), by_seed(BASE)
+    return (np.array([a[k] - b[k] for k in sorted(a) if k in b]),
+            sorted(k for k in a if k not in b))
+
+
+def _unpaired_text(seeds: list[int]) -> str:
+    return (f"no finished {method_label(BASE)} run for seed{'s' * (len(seeds) > 1)} "
+            + ", ".join(map(str, seeds)))
 
 
 def _fmt_params(n: int) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
 
 
+def _cell_text(r, col: np.ndarray, c: int, m: str) -> str:
+    """A table cell: mean [± sd] over finished seeds, the paired gap in brackets, ``n``."""
+    rows = np.flatnonzero((col == c) & (r["method"] == m))
+    mean, sd, n, n_div = _cell(r, rows)
+    if n == 0:
+        return ""
+    if n_div == n:
+        return f"diverged n={n}"
+    n_ok = n - n_div
+    text = f"{mean:.4f}" + (f" ± {sd:.4f}" if n_ok > 1 else "")
+    if m != BASE:
+        gap, unpaired = _paired_gap(r, col, c, m)
+        parts = []
+        if gap.size:
+            g = f"{gap.mean():+.4f}"
+            if gap.size > 1:
+                g += f" ± {gap.std(ddof=1) / math.sqrt(gap.size):.4f}"
+            if unpaired:
+                g += f" over n={gap.size}"
+            parts.append(g)
+        if unpaired:
+            parts.append(_unpaired_text(unpaired))
+        text += f" ({'; '.join(parts)})"
+    text += f" n={n_ok}"
+    if n_div:
+        text += f", {n_div} of {n} diverged"
+    return text
+
+
 def lm_markdown(r) -> str:
-    """Final validation loss per method and preset (ours), then the paper's Table 1."""
-    presets, methods = _presets(r), _methods(r)
-    sizes = {str(p): int(n) for p, n in zip(r["preset"], r["n_nonembed"])}
-    head = ["method"] + [f"{p} ({_fmt_params(sizes[p])})" for p in presets]
+    """Final validation loss per method and column (preset, or preset and setting) with each
+    cell's number of seeds, then the paper's Table 1."""
+    cols, col = _columns(r)
+    methods = _methods(r)
+    head = ["method"] + [c["label"] for c in cols]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in methods:
-        cells = []
-        for p in presets:
-            mean, sd, n, n_div = _cell(r, p, m)
-            if n == 0:
-                cells.append("")
-            elif n_div == n:
-                cells.append("diverged")
-            else:
-                c = f"{mean:.4f}"
-                if n > 1:
-                    c += f" ± {sd:.4f}"
-                gap = _paired_gap(r, p, m) if m != "bf16_master" else np.array([])
-                if gap.size:
-                    c += f" ({gap.mean():+.4f}"
-                    if gap.size > 1:
-                        c += f" ± {gap.std(ddof=1) / math.sqrt(gap.size):.4f}"
-                    c += ")"
-                if n_div:
-                    c += f", {n_div}/{n} diverged"
-                cells.append(c)
+        cells = [_cell_text(r, col, c, m) for c in range(len(cols))]
         lines.append(f"| {method_label(m)} | " + " | ".join(cells) + " |")
     steps = sorted({int(s) for s in r["steps"]})
     tokens = sorted({int(t) for t in r["tokens"]})
     lines += ["", f"Validation loss (nats per byte) after {', '.join(map(str, steps))} steps "
               f"({', '.join(f'{t / 1e6:.2f}M' for t in tokens)} training tokens); mean ± standard "
-              "deviation over seeds; in brackets the gap to BF16 with master weights, paired by "
-              "seed (mean ± standard error).", "",
+              "deviation over the n seeds that finished; in brackets the gap to BF16 with master "
+              "weights, paired by seed (mean ± standard error). Runs are averaged only within a "
+              "column: one preset and setting (steps, sequence length, batch, lr, storage, "
+              "corpus, ...).", "",
               "The paper's Table 1 (C4, 30M-800M parameters, 100 tokens per parameter):", "",
               "| method | " + " | ".join(PAPER_SIZES) + " |",
               "|" + "---|" * (len(PAPER_SIZES) + 1)]
@@ -129,25 +200,32 @@ lm_table.md beside the paper's.
 @figure("lm_table", experiments=["lm"], caption=TABLE_CAPTION)
 def lm_table(lm):
     r = lm
-    presets, methods = _presets(r), _methods(r)
+    cols, col = _columns(r)
+    methods = _methods(r)
     fig = style.new_figure(11.0, 4.2)
     ax, bx = fig.subplots(1, 2)
-    big = presets[-1]
+    big = len(cols) - 1  # the largest preset (its longest setting) gets the curves
     finals = {k: [] for k in ("preset", "method", "n_nonembed", "val_loss", "std", "seeds",
-                              "diverged", "gap", "gap_se")}
+                              "diverged", "gap", "gap_se", "setting", "steps", "gap_seeds",
+                              "unpaired")}
     curves = {k: [] for k in ("preset", "method", "seed", "step", "train_loss", "val_loss")}
+    where = {}  # (column, method) -> row of finals
     top = 0.0
     for m in methods:
         st = _style(m)
         lw = 1.9 if m.endswith("sr") or m.startswith("bf16") else 1.5
-        for p in presets:
-            mean, sd, n, n_div = _cell(r, p, m)
+        for c, cc in enumerate(cols):
+            mean, sd, n, n_div = _cell(r, np.flatnonzero((col == c) & (r["method"] == m)))
             if n == 0:
                 continue
-            gap = _paired_gap(r, p, m) if m != "bf16_master" else np.zeros(0)
-            finals["preset"].append(p)
+            gap, unpaired = (_paired_gap(r, col, c, m) if m != BASE
+                             else (np.zeros(0), []))
+            where[c, m] = len(finals["preset"])
+            finals["preset"].append(cc["preset"])
+            finals["setting"].append(cc["label"])
             finals["method"].append(m)
-            finals["n_nonembed"].append(int(r["n_nonembed"][np.flatnonzero(r["preset"] == p)[0]]))
+            finals["n_nonembed"].append(cc["n_nonembed"])
+            finals["steps"].append(cc["steps"])
             finals["val_loss"].append(mean)
             finals["std"].append(sd)
             finals["seeds"].append(n)
@@ -155,23 +233,25 @@ def lm_table(lm):
             finals["gap"].append(float(gap.mean()) if gap.size else math.nan)
             finals["gap_se"].append(float(gap.std(ddof=1) / math.sqrt(gap.size))
                                     if gap.size > 1 else math.nan)
-        rows = np.flatnonzero((r["preset"] == big) & (r["method"] == m))
+            finals["gap_seeds"].append(int(gap.size))
+            finals["unpaired"].append(" ".join(map(str, unpaired)))
+        rows = np.flatnonzero((col == big) & (r["method"] == m))
         for i in rows:
             okt = np.isfinite(r["curve_step"][i])
             n = int(okt.sum())
-            curves["preset"] += [big] * n
+            curves["preset"] += [cols[big]["preset"]] * n
             curves["method"] += [m] * n
             curves["seed"] += [int(r["seed"][i])] * n
             curves["step"].append(r["curve_step"][i][okt].astype(np.int64))
             curves["train_loss"].append(r["curve_train"][i][okt])
             curves["val_loss"].append(r["curve_val"][i][okt])
         if rows.size:  # mean over seeds of the training loss, validation points on top
-            step = r["curve_step"][rows[0]]
-            ok = np.isfinite(step) & np.all(np.isfinite(r["curve_train"][rows]), axis=0)
-            train = r["curve_train"][rows].mean(axis=0)
+            step, train_all, val_all = _aligned_curves(r, rows)
+            ok = np.all(np.isfinite(train_all), axis=0)
+            train = train_all.mean(axis=0)
             ax.plot(step[ok], train[ok], color=st["color"], ls=st["ls"], lw=lw * 0.8)
-            val = r["curve_val"][rows].mean(axis=0)
-            okv = np.isfinite(step) & np.isfinite(val)
+            val = val_all.mean(axis=0)
+            okv = np.isfinite(val)
             ax.plot(step[okv], val[okv], color=st["color"], marker=st["marker"], ls="none",
                     ms=5)
             if r["diverged"][rows].any() and ok.any():
@@ -179,14 +259,14 @@ def lm_table(lm):
                 ax.plot(step[last], train[last], marker="x", color=st["color"], ms=8, mew=2)
             if ok.any():
                 top = max(top, float(train[ok][0]))
-    _gap_bars(bx, r, presets, methods, finals)
+    _gap_bars(bx, r, cols, col, methods, finals, where)
     fin = np.array([v for v in finals["val_loss"] if math.isfinite(v)])
     ax.set_xlabel("update")
     ax.set_ylabel("loss (nats/byte)")
     if fin.size and top:
         ax.set_ylim(float(fin.min()) * 0.97, min(top, 3 * float(fin.max())) * 1.02)
-    nseeds = len({int(x) for x in r["seed"][r["preset"] == big]})
-    style.panel_title(ax, "a", f"preset {big!r}: training loss, validation (markers)"
+    nseeds = len({int(x) for x in r["seed"][col == big]})
+    style.panel_title(ax, "a", f"preset {_name(cols[big])}: training loss, validation (markers)"
                       + (f", mean of {nseeds} seeds" if nseeds > 1 else ""))
     tables = {"final": {k: np.array(v) for k, v in finals.items()}}
     if curves["step"]:
@@ -195,18 +275,40 @@ def lm_table(lm):
     return fig, tables, lm_markdown(r)
 
 
-def _gap_bars(bx, r, presets, methods, finals) -> None:
+def _name(cc: dict) -> str:
+    """A column's preset (quoted) and, if the preset has several settings, what differs."""
+    extra = cc["label"].split(" · ", 1)[1] if " · " in cc["label"] else ""
+    return repr(cc["preset"]) + (f" · {extra}" if extra else "")
+
+
+def _aligned_curves(r, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The curves of these runs on the union of their logged steps (NaN where a run has no
+    point, e.g. after it diverged): ``(step, train[rows, steps], val[rows, steps])``."""
+    steps = np.unique(np.concatenate([r["curve_step"][i][np.isfinite(r["curve_step"][i])]
+                                      for i in rows]))
+    train = np.full((len(rows), steps.size), np.nan)
+    val = np.full((len(rows), steps.size), np.nan)
+    for k, i in enumerate(rows):
+        ok = np.isfinite(r["curve_step"][i])
+        at = np.searchsorted(steps, r["curve_step"][i][ok])
+        train[k, at] = r["curve_train"][i][ok]
+        val[k, at] = r["curve_val"][i][ok]
+    return steps, train, val
+
+
+def _gap_bars(bx, r, cols, col, methods, finals, where) -> None:
     """Panel (b): each method's final validation loss minus BF16-with-master's, paired by seed
-    (bars; standard errors over seeds; a cross at the top where every seed diverged)."""
-    others = [m for m in methods if m != "bf16_master"]
+    (bars; standard errors over seeds; a cross at the top where every seed diverged), one
+    group of bars per column of the table."""
+    others = [m for m in methods if m != BASE]
     width = 0.8 / max(len(others), 1)
     gaps = [g for g in finals["gap"] if math.isfinite(g)]
     top = max([0.0] + gaps) * 1.15 + 0.005
     for j, m in enumerate(others):
         st = _style(m)
-        for k, p in enumerate(presets):
-            i = next((i for i, (pp, mm) in enumerate(zip(finals["preset"], finals["method"]))
-                      if pp == p and mm == m), None)
+        labelled = False
+        for k in range(len(cols)):
+            i = where.get((k, m))
             if i is None:
                 continue
             x = k + (j - (len(others) - 1) / 2) * width
@@ -219,17 +321,19 @@ def _gap_bars(bx, r, presets, methods, finals) -> None:
             rtn = m.endswith("rtn")
             bx.bar(x, g, width * 0.9, color="white" if rtn else st["color"],
                    edgecolor=st["color"], hatch="///" if rtn else None, lw=1.2,
-                   label=method_label(m) if k == 0 else None)
+                   label=None if labelled else method_label(m))
+            labelled = True
             if math.isfinite(se):
                 bx.errorbar(x, g, yerr=se, color="black", lw=1, capsize=2)
     bx.axhline(0, color=style.COLORS["black"], lw=0.8)
     labels = []
-    for p in presets:
-        rows = np.flatnonzero(r["preset"] == p)
-        n = len({int(x) for x in r["seed"][rows]})
-        labels.append(f"{p} ({_fmt_params(int(r['n_nonembed'][rows[0]]))})\n"
-                      f"{int(r['steps'][rows[0]])} steps, {n} seed{'s' * (n > 1)}")
-    bx.set_xticks(range(len(presets)), labels)
+    for c, cc in enumerate(cols):
+        n = len({int(x) for x in r["seed"][col == c]})
+        steps = f"{cc['steps']} steps"
+        labels.append(cc["label"].replace(" · ", "\n") + "\n"
+                      + (f"{steps}, " if steps not in cc["label"] else "")
+                      + f"{n} seed{'s' * (n > 1)}")
+    bx.set_xticks(range(len(cols)), labels)
     bx.set_ylabel("val. loss − BF16 w/ master")
     if bx.get_legend_handles_labels()[0]:
         bx.legend(fontsize=7, loc="upper left", ncol=2)
@@ -250,37 +354,41 @@ loss is the vertical distance.
 @figure("lm_pareto", experiments=["lm"], caption=PARETO_CAPTION)
 def lm_pareto(lm):
     r = lm
-    presets, methods = _presets(r), _methods(r)
-    fig = style.new_figure(3.6 * len(presets) + 0.6, 3.6)
-    axes = np.atleast_1d(fig.subplots(1, len(presets)))
+    cols, col = _columns(r)
+    methods = _methods(r)
+    fig = style.new_figure(3.6 * len(cols) + 0.6, 3.6)
+    axes = np.atleast_1d(fig.subplots(1, len(cols)))
     table = {k: [] for k in ("preset", "method", "bytes_measured", "bytes_formula",
-                             "val_loss", "diverged")}
-    for ax, p in zip(axes, presets):
+                             "val_loss", "diverged", "setting", "seeds")}
+    for c, (ax, cc) in enumerate(zip(axes, cols)):
+        gone = []
         for m in methods:
-            rows = np.flatnonzero((r["preset"] == p) & (r["method"] == m))
+            rows = np.flatnonzero((col == c) & (r["method"] == m))
             if not rows.size:
                 continue
-            mean, _, n, n_div = _cell(r, p, m)
+            mean, _, n, n_div = _cell(r, rows)
             b = float(r["bytes_measured"][rows[0]])
-            table["preset"].append(p)
+            table["preset"].append(cc["preset"])
+            table["setting"].append(cc["label"])
             table["method"].append(m)
             table["bytes_measured"].append(b)
             table["bytes_formula"].append(float(r["bytes_formula"][rows[0]]))
             table["val_loss"].append(mean)
+            table["seeds"].append(n - n_div)
             table["diverged"].append(n_div == n)
+            if n_div == n:
+                gone.append(method_label(m))
             st = _style(m)
             if math.isfinite(mean):
                 ax.plot(b, mean, marker=st["marker"], color=st["color"], ls="none", ms=7,
                         mfc="none" if m.endswith("rtn") else st["color"],
                         label=method_label(m))
-        gone = [method_label(m) for m, d, pp in zip(table["method"], table["diverged"],
-                                                    table["preset"]) if d and pp == p]
         if gone:
             ax.annotate("diverged: " + ", ".join(gone), (0.02, 0.02), xycoords="axes fraction",
                         fontsize=7.5, color=style.COLORS["grey"])
         ax.set_xlabel("static bytes / parameter")
         ax.set_ylabel("final validation loss")
-        style.panel_title(ax, "abcdefgh"[list(presets).index(p)], f"preset {p!r}")
+        style.panel_title(ax, "abcdefghijklmnop"[c % 16], f"preset {_name(cc)}")
     if axes[-1].get_legend_handles_labels()[0]:
         axes[-1].legend(fontsize=7, loc="best")
     return fig, {"points": {k: np.array(v) for k, v in table.items()}}
