@@ -84,6 +84,140 @@ class ConfigError(TypeError, ValueError):
     """A config value or override is invalid (unknown key, wrong type, bad value)."""
 
 
+# -- configs: declarative field checks ----------------------------------------------------------
+
+class Check:
+    """One declarative rule for a config field, stated in :attr:`Config.CHECKS`.
+
+    ``ok(value) -> bool`` tests a value; ``expected`` says in words what a good value is (it is
+    the middle of the error message ``Cls.field: expected <expected>, got <value>``). With
+    ``each=True`` (the default) a tuple field is checked element by element, so the message
+    names the offending entry (``betas[1]``); ``each=False`` checks the tuple as a whole.
+    ``None`` (of an optional field) is never checked. Build checks with :func:`interval`,
+    :func:`at_least`, :func:`one_of`, or use :data:`positive`, :data:`non_negative`,
+    :data:`finite`, :data:`nonempty`, :data:`distinct`.
+
+    Example:
+        >>> interval("[0, 1)").problem(1.0)
+        'a value in [0, 1)'
+        >>> interval("[0, 1)").problem(0.5) is None
+        True
+    """
+
+    __slots__ = ("expected", "ok", "each")
+
+    def __init__(self, expected: str, ok: Callable[[Any], bool], *, each: bool = True):
+        self.expected = expected
+        self.ok = ok
+        self.each = each
+
+    def __repr__(self) -> str:
+        return f"Check({self.expected!r})"
+
+    def problem(self, value) -> str | None:
+        """None when ``value`` passes, else what was expected (for the error message)."""
+        try:
+            good = bool(self.ok(value))
+        except Exception:  # a rule that cannot even look at the value rejects it
+            good = False
+        return None if good else self.expected
+
+
+def interval(spec: str) -> Check:
+    """A finite number in an interval written as in mathematics: ``"[0, 1)"``, ``"(0, inf)"``.
+
+    ``inf`` (or ``-inf``) leaves a side unbounded; NaN and infinities never pass.
+
+    Example:
+        >>> interval("(0, 1)").problem(0.0)
+        'a value in (0, 1)'
+    """
+    m = re.fullmatch(r"\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])\s*", spec)
+    if m is None:
+        raise ValueError(f"interval {spec!r}: write it as '[lo, hi]', with ( or ) for open ends")
+    lo, hi = float(m.group(2)), float(m.group(3))
+    lo_closed, hi_closed = m.group(1) == "[", m.group(4) == "]"
+    if not lo < hi:
+        raise ValueError(f"interval {spec!r} is empty")
+    if math.isinf(hi) and math.isfinite(lo):
+        text = f"a value {'>=' if lo_closed else '>'} {_num(lo)}"
+    elif math.isinf(lo) and math.isfinite(hi):
+        text = f"a value {'<=' if hi_closed else '<'} {_num(hi)}"
+    else:
+        text = f"a value in {m.group(1)}{_num(lo)}, {_num(hi)}{m.group(4)}"
+
+    def ok(x) -> bool:
+        x = float(x)
+        return (math.isfinite(x) and (lo <= x if lo_closed else lo < x)
+                and (x <= hi if hi_closed else x < hi))
+    return Check(text, ok)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if x.is_integer() and abs(x) < 2**53 else repr(x)
+
+
+def at_least(low: float) -> Check:
+    """A finite number ``>= low`` (dimensions, step counts: ``at_least(1)``)."""
+    return interval(f"[{low!r}, inf)")
+
+
+def one_of(*choices) -> Check:
+    """A value among ``choices`` (each entry of a tuple field)."""
+    allowed = tuple(choices[0]) if len(choices) == 1 and isinstance(choices[0], (tuple, list)) \
+        else choices
+    return Check(f"one of {', '.join(map(repr, allowed))}", lambda x: x in allowed)
+
+
+positive = interval("(0, inf)")
+"""A finite number ``> 0`` (learning rates, step sizes, curvatures)."""
+non_negative = interval("[0, inf)")
+"""A finite number ``>= 0`` (keys, noise levels, weight decay)."""
+finite = Check("a finite number", lambda x: math.isfinite(float(x)))
+"""Any finite number (no NaN, no infinity)."""
+nonempty = Check("at least one entry", lambda t: len(t) > 0, each=False)
+"""A tuple field with at least one entry."""
+distinct = Check("distinct entries", lambda t: len(set(t)) == len(t), each=False)
+"""A tuple field without repeated entries."""
+
+
+def _field_checks(cls) -> dict[str, tuple[Check, ...]]:
+    """``CHECKS`` of ``cls`` and its bases merged (a subclass's entry replaces its base's)."""
+    merged: dict[str, tuple[Check, ...]] = {}
+    for klass in reversed(cls.__mro__):
+        for name, checks in dict(vars(klass).get("CHECKS", {})).items():
+            checks = checks if isinstance(checks, tuple) else (checks,)
+            if not all(isinstance(c, Check) for c in checks):
+                raise TypeError(f"{cls.__name__}.CHECKS[{name!r}]: expected Check objects, "
+                                f"got {checks!r}")
+            merged[name] = checks
+    return merged
+
+
+def _run_checks(cfg) -> None:
+    """Raise :class:`ConfigError` for the first field of ``cfg`` that breaks its CHECKS."""
+    cls = type(cfg)
+    names = {f.name for f in dataclasses.fields(cfg)}
+    for name, checks in _field_checks(cls).items():
+        if name not in names:
+            raise TypeError(f"{cls.__name__}.CHECKS names {name!r}, which is not a field")
+        value = getattr(cfg, name)
+        if value is None:
+            continue
+        for check in checks:
+            if check.each and isinstance(value, tuple):
+                items = [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+            else:
+                items = [(name, value)]
+            for where, v in items:
+                if v is None:
+                    continue
+                expected = check.problem(v)
+                if expected is not None:
+                    raise ConfigError(f"{cls.__name__}.{where}: expected {expected}, "
+                                      f"got {v!r}")
+
+
 # -- configs ------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -97,6 +231,13 @@ class Config:
     define ``__post_init__`` for their own checks call ``super().__post_init__()`` first and
     raise :class:`ConfigError`.
 
+    Ranges are declared, not coded: the class variable ``CHECKS`` maps a field name to a
+    :class:`Check` (or a tuple of them; a tuple field is checked entry by entry), e.g.
+    ``{"lrs": (nonempty, positive), "betas": interval("[0, 1)"), "d": at_least(1)}``. They
+    run when a config is built, after the type checks and before a subclass's own
+    ``__post_init__`` checks (which are left for rules that tie several fields together), so
+    a bad value fails at once with ``Cls.field: expected ..., got ...``.
+
     Example:
         >>> @dataclasses.dataclass(frozen=True, kw_only=True)
         ... class Sweep(Config):
@@ -104,17 +245,24 @@ class Config:
         ...     steps: int = 1000
         ...     key: int = 0
         ...     SMOKE: ClassVar[dict] = {"steps": 10}
+        ...     CHECKS: ClassVar[dict] = {"lrs": (nonempty, positive), "steps": at_least(1)}
         >>> Sweep().smoke().override(["lrs=1,0.5"])
         Sweep(lrs=(1.0, 0.5), steps=10, key=0)
+        >>> Sweep().override(["lrs=0.1,-1"])
+        Traceback (most recent call last):
+        ...
+        ecosim.experiments.base.ConfigError: Sweep.lrs[1]: expected a value > 0, got -1.0
     """
 
     SMOKE: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    CHECKS: ClassVar[Mapping[str, Check | tuple[Check, ...]]] = MappingProxyType({})
 
     def __post_init__(self):
         hints = _field_types(type(self))
         for f in dataclasses.fields(self):
             value = _coerce(getattr(self, f.name), hints[f.name], f"{type(self).__name__}.{f.name}")
             object.__setattr__(self, f.name, value)
+        _run_checks(self)
 
     def smoke(self):
         """The shrunken variant for ``--smoke`` (applies ``SMOKE``)."""

@@ -19,7 +19,8 @@ from typing import ClassVar
 import numpy as np
 
 from .. import theory
-from .base import Config, ConfigError, experiment, stack_units
+from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
+                   nonempty, one_of, positive, stack_units)
 from .floor import simulate_floor
 from .noise_floor import simulate_additive
 
@@ -54,16 +55,14 @@ class BetaFactorConfig(Config):
     key: int = 0
     SMOKE: ClassVar[dict] = {"betas": (0.5, 0.9), "lrs": (0.03,), "d": 64, "horizon": 8.0,
                              "min_steps": 300, "curve_points": 40}
+    CHECKS: ClassVar[dict] = {
+        "betas": (nonempty, distinct, interval("(0, 1)")), "lrs": (nonempty, distinct, positive),
+        "kinds": (nonempty, distinct, one_of(_KINDS)), "L": positive, "d": at_least(1),
+        "step": positive, "horizon": positive, "min_steps": at_least(1),
+        "curve_points": at_least(2), "key": non_negative}
 
     def __post_init__(self):
         super().__post_init__()
-        bad = [k for k in self.kinds if k not in _KINDS]
-        if bad or not self.kinds:
-            raise ConfigError(f"BetaFactorConfig.kinds: choose from {_KINDS}, got {self.kinds}")
-        if not self.betas or not all(0 < b < 1 for b in self.betas):
-            raise ConfigError("BetaFactorConfig.betas must lie in (0, 1)")
-        if not self.lrs or min(self.lrs) <= 0:
-            raise ConfigError("BetaFactorConfig.lrs must be positive")
         for b in self.betas:
             if max(self.lrs) >= theory.stability_limit(self.L, b):
                 raise ConfigError(f"BetaFactorConfig: lr {max(self.lrs)} is unstable at "

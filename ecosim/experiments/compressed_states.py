@@ -37,7 +37,8 @@ from .. import memory
 from ..formats import get as get_format
 from ..quantizer import Quantizer
 from . import _lowprec as lp
-from .base import Config, ConfigError, experiment
+from .base import (Check, Config, ConfigError, at_least, distinct, experiment, non_negative,
+                   nonempty)
 
 __all__ = ["CompressedStatesConfig", "parse_spec", "ADAMW_SPECS", "MUON_SPECS"]
 
@@ -143,31 +144,35 @@ class CompressedStatesConfig(Config):
         "muon_specs": ("fp", "master-rtn", "eco_exact-sr", "eco-sr m:bf16"),
         "mlp_sizes": (8, 16, 8), "mlp_train": 256, "steps": 40, "batch_size": 32,
         "points": 5, "seeds": (0,)}
+    CHECKS: ClassVar[dict] = {
+        "adamw_specs": (Check("the 'fp' reference among the specs", lambda t: "fp" in t,
+                              each=False), distinct),
+        "muon_specs": (Check("the 'fp' reference among the specs", lambda t: "fp" in t,
+                             each=False), distinct),
+        "state_block": non_negative,
+        "mlp_sizes": (Check("two or more widths", lambda t: len(t) >= 2, each=False),
+                      at_least(1)),
+        "mlp_train": at_least(1), "steps": at_least(1), "batch_size": at_least(1),
+        "points": at_least(1), "seeds": (nonempty, distinct, non_negative)}
 
     def __post_init__(self):
         super().__post_init__()
         for field in ("adamw_specs", "muon_specs"):
-            specs = getattr(self, field)
-            if "fp" not in specs:
-                raise ConfigError(f"CompressedStatesConfig.{field} needs the 'fp' reference")
-            if len(set(specs)) != len(specs):
-                raise ConfigError(f"CompressedStatesConfig.{field} has duplicates")
-            for s in specs:
+            for s in getattr(self, field):
                 try:
                     parse_spec(s)
                 except ValueError as exc:
                     raise ConfigError(f"CompressedStatesConfig.{field}: {exc}") from None
-        if self.state_block < 0:
-            raise ConfigError("CompressedStatesConfig.state_block must be >= 0")
         # every width is the last axis of some weight or bias
         if self.state_block and any(n % self.state_block for n in self.mlp_sizes):
             raise ConfigError("CompressedStatesConfig.state_block must divide every layer "
                               "width (the last axis of each weight and bias)")
-        if not self.seeds or len(self.mlp_sizes) < 2 or self.batch_size > self.mlp_train:
-            raise ConfigError("CompressedStatesConfig: seeds, 2+ mlp_sizes, batch_size <= "
-                              "mlp_train")
-        if not 1 <= self.points <= self.steps:
-            raise ConfigError("CompressedStatesConfig.points must be in [1, steps]")
+        if self.batch_size > self.mlp_train:
+            raise ConfigError(f"CompressedStatesConfig.batch_size: expected at most mlp_train "
+                              f"({self.mlp_train}), got {self.batch_size}")
+        if self.points > self.steps:
+            raise ConfigError(f"CompressedStatesConfig.points: expected at most steps "
+                              f"({self.steps}), got {self.points}")
 
 
 def build(cfg: CompressedStatesConfig, optimizer: str, spec: Spec):

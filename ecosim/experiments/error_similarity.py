@@ -17,11 +17,14 @@ from typing import ClassVar
 
 import numpy as np
 
+from .. import formats
 from ..optim import adamw, warmup_cosine
 from ..problems import MLP
+from ..problems.mlp import QUANT_POLICIES
 from ..quantizer import Quantizer
 from ..train import train
-from .base import Config, ConfigError, experiment
+from .base import (Check, Config, ConfigError, at_least, distinct, experiment, interval,
+                   non_negative, nonempty, one_of, positive)
 
 __all__ = ["ErrorSimilarityConfig", "METHODS"]
 
@@ -55,18 +58,25 @@ class ErrorSimilarityConfig(Config):
     key: int = 0
     SMOKE: ClassVar[dict] = {"sizes": (8, 32, 32, 4), "n_train": 256, "n_val": 64,
                              "steps": 240, "bins": 24}
+    CHECKS: ClassVar[dict] = {
+        "methods": (nonempty, distinct, one_of(tuple(METHODS))),
+        "sizes": (Check("two or more widths", lambda t: len(t) >= 2, each=False), at_least(1)),
+        "n_train": at_least(1), "n_val": at_least(1), "noise": non_negative,
+        "batch_size": at_least(1), "steps": at_least(3), "peak_lr": positive,
+        "b1": interval("(0, 1)"), "b2": interval("[0, 1)"), "eps": positive,
+        "weight_decay": non_negative,
+        "fmt": Check("a format name such as float8_e4m3fn", lambda s: bool(formats.get(s))),
+        "granularity": one_of("tensor", "row", "column"), "policy": one_of(QUANT_POLICIES),
+        "bins": at_least(1), "key": non_negative}
 
     def __post_init__(self):
         super().__post_init__()
-        bad = [m for m in self.methods if m not in METHODS]
-        if bad or not self.methods:
-            raise ConfigError(f"ErrorSimilarityConfig.methods: choose from {sorted(METHODS)}, "
-                              f"got {self.methods}")
-        if len(self.sizes) < 2 or self.steps < 3 or not 1 <= self.bins < self.steps:
-            raise ConfigError("ErrorSimilarityConfig: two or more sizes, steps >= 3, "
-                              "1 <= bins < steps")
-        if self.peak_lr <= 0 or not 0 < self.b1 < 1:
-            raise ConfigError("ErrorSimilarityConfig: peak_lr > 0 and b1 in (0, 1)")
+        if self.bins >= self.steps:
+            raise ConfigError(f"ErrorSimilarityConfig.bins: expected fewer than steps "
+                              f"({self.steps}), got {self.bins}")
+        if self.batch_size > self.n_train:
+            raise ConfigError(f"ErrorSimilarityConfig.batch_size: expected at most n_train "
+                              f"({self.n_train}), got {self.batch_size}")
 
 
 def _units(cfg: ErrorSimilarityConfig):

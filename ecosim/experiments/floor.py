@@ -22,11 +22,12 @@ from typing import ClassVar
 import numpy as np
 
 from .. import rng, theory
-from ..optim import sgdm
+from ..optim import SCHEMES, sgdm
 from ..problems import Quadratic
 from ..quantizer import Quantizer
 from ..train import train
-from .base import Config, experiment
+from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
+                   nonempty, one_of, positive)
 
 __all__ = ["FloorConfig", "simulate_floor", "quantizer_for"]
 
@@ -123,6 +124,19 @@ class FloorConfig(Config):
     key: int = 0
     SMOKE: ClassVar[dict] = {"lrs": (0.3, 0.03), "betas": (0.9,), "d": 64, "horizon": 8.0,
                              "min_steps": 200, "grids": ("uniform",)}
+    CHECKS: ClassVar[dict] = {
+        "lrs": (nonempty, distinct, positive), "betas": (nonempty, distinct, interval("(0, 1)")),
+        "schemes": (nonempty, distinct, one_of(SCHEMES)),
+        "modes": (nonempty, distinct, one_of("sr", "rtn")),
+        "grids": (nonempty, distinct, one_of("uniform", "e4m3")), "d": at_least(1),
+        "horizon": positive, "min_steps": at_least(1), "step": positive, "key": non_negative}
+
+    def __post_init__(self):
+        super().__post_init__()
+        for b in self.betas:  # the quadratic has curvature L = 1
+            if max(self.lrs) >= theory.stability_limit(1.0, b):
+                raise ConfigError(f"FloorConfig: lr {max(self.lrs)} is unstable at beta={b} "
+                                  f"(the limit is {theory.stability_limit(1.0, b):.4g})")
 
 
 def _floor_units(cfg: FloorConfig):

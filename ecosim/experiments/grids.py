@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import formats, rng
 from ..rounding import quantize
-from .base import Config, ConfigError, experiment
+from .base import Config, ConfigError, at_least, experiment, interval, non_negative, nonempty
 
 __all__ = ["GridsConfig", "grids"]
 
@@ -46,6 +46,10 @@ class GridsConfig(Config):
 
     SMOKE: ClassVar[dict] = {"sr_grid": 64, "sr_samples": 2_000, "error_samples": 20_000,
                              "error_bins": 40}
+    CHECKS: ClassVar[dict] = {
+        "formats": nonempty, "sr_grid": at_least(2), "sr_points": at_least(1),
+        "sr_samples": at_least(1), "error_samples": at_least(2), "sr_nbits": interval("[1, 16]"),
+        "error_bins": at_least(4), "sr_lo": non_negative, "key": non_negative}
 
     def __post_init__(self):
         super().__post_init__()
@@ -53,16 +57,9 @@ class GridsConfig(Config):
         object.__setattr__(self, "formats", tuple(_canonical_format(n) for n in self.formats))
         object.__setattr__(self, "sr_format", _canonical_format(self.sr_format))
         object.__setattr__(self, "error_format", _canonical_format(self.error_format))
-        if not self.formats:
-            raise ConfigError("GridsConfig.formats: give at least one format")
-        for field, low in (("sr_grid", 2), ("sr_points", 1), ("sr_samples", 1),
-                           ("error_samples", 2), ("sr_nbits", 1), ("key", 0)):
-            if getattr(self, field) < low:
-                raise ConfigError(f"GridsConfig.{field} must be >= {low}")
-        if self.sr_nbits > 16:
-            raise ConfigError("GridsConfig.sr_nbits: at most 16 (every pattern is enumerated)")
-        if self.error_bins < 4 or self.error_bins % 4:
-            raise ConfigError("GridsConfig.error_bins must be a positive multiple of 4")
+        if self.error_bins % 4:
+            raise ConfigError(f"GridsConfig.error_bins: expected a multiple of 4, got "
+                              f"{self.error_bins}")
         values = formats.get(self.sr_format).values()
         if self.sr_lo not in values or self.sr_lo >= values[-1] or self.sr_lo < 0:
             raise ConfigError(f"GridsConfig.sr_lo={self.sr_lo} must be a non-negative value of "

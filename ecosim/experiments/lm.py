@@ -41,7 +41,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .base import Config, ConfigError, experiment
+from .base import Config, ConfigError, at_least, distinct, experiment
 
 __all__ = ["LMTableConfig", "METHODS", "method_parts", "records_to_results", "read_records",
            "run_setting", "describe_setting", "unique_runs"]
@@ -93,6 +93,10 @@ class LMTableConfig(Config):
     SMOKE: ClassVar[dict] = {"presets": ("tiny",), "methods": ("bf16_master", "fp8_eco_sr"),
                              "steps": (8,), "seeds": (1,), "batch": 4, "seq": 32, "eval_every": 4,
                              "eval_batches": 2}
+    CHECKS: ClassVar[dict] = {
+        "presets": distinct, "methods": distinct, "seeds": at_least(1), "steps": at_least(1),
+        "batch": at_least(1), "seq": at_least(1), "eval_every": at_least(1),
+        "eval_batches": at_least(1)}
 
     def __post_init__(self):
         super().__post_init__()
@@ -100,10 +104,7 @@ class LMTableConfig(Config):
             try:
                 method_parts(m)
             except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-        for name in ("batch", "seq", "eval_every", "eval_batches"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"LMTableConfig.methods: {exc}") from None
         if not self.results_file and (len(self.steps) != len(self.presets)
                                       or min(self.steps, default=0) < 1):
             raise ConfigError(f"steps needs one positive entry per preset ({self.presets}), "

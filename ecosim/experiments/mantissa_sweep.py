@@ -39,7 +39,8 @@ import numpy as np
 from ..formats import custom
 from ..quantizer import Quantizer
 from . import _lowprec as lp
-from .base import Config, ConfigError, experiment
+from .base import (Check, Config, ConfigError, at_least, distinct, experiment, interval,
+                   non_negative, nonempty, one_of)
 
 __all__ = ["MantissaSweepConfig", "COMPONENTS", "component_setup"]
 
@@ -69,30 +70,25 @@ class MantissaSweepConfig(Config):
     SMOKE: ClassVar[dict] = {"components": ("weights", "v"), "mantissas": (7, 1),
                              "rosen_steps": 150, "mlp_sizes": (8, 16, 4), "mlp_train": 256,
                              "mlp_steps": 40, "batch_size": 32, "points": 5, "seeds": (0,)}
+    CHECKS: ClassVar[dict] = {
+        "problems": (nonempty, distinct, one_of(lp.PROBLEMS)),
+        "optimizers": (nonempty, distinct, one_of(_OPTIMIZERS)),
+        "components": (nonempty, distinct, one_of(COMPONENTS)),
+        # custom(8, M) rounds float32 values: 1 <= M <= 23
+        "mantissas": (nonempty, distinct, interval("[1, 23]")),
+        "rosen_rows": at_least(1), "rosen_cols": at_least(1), "rosen_steps": at_least(1),
+        "mlp_sizes": (Check("two or more widths", lambda t: len(t) >= 2, each=False),
+                      at_least(1)),
+        "mlp_train": at_least(1), "mlp_steps": at_least(1), "batch_size": at_least(1),
+        "points": at_least(1), "seeds": (nonempty, distinct, non_negative)}
 
     def __post_init__(self):
         super().__post_init__()
-        for field, allowed in (("problems", lp.PROBLEMS), ("optimizers", _OPTIMIZERS),
-                               ("components", COMPONENTS)):
-            values = getattr(self, field)
-            if not values or any(v not in allowed for v in values):
-                raise ConfigError(f"MantissaSweepConfig.{field}: choose from {allowed}")
-        if not self.mantissas or any(not 1 <= m <= 23 for m in self.mantissas):
-            raise ConfigError("MantissaSweepConfig.mantissas must be in 1..23 (custom(8, M) on "
-                              "float32 values)")
-        if len(set(self.mantissas)) != len(self.mantissas):
-            raise ConfigError("MantissaSweepConfig.mantissas must be distinct")
-        if not self.seeds or any(s < 0 for s in self.seeds):
-            raise ConfigError("MantissaSweepConfig.seeds: non-negative keys")
-        for field in ("rosen_rows", "rosen_cols", "rosen_steps", "mlp_train", "mlp_steps",
-                      "batch_size", "points"):
-            if getattr(self, field) < 1:
-                raise ConfigError(f"MantissaSweepConfig.{field} must be >= 1")
         if self.rosen_rows * self.rosen_cols < 2:
             raise ConfigError("MantissaSweepConfig: Rosenbrock needs d = rows * cols >= 2")
-        if len(self.mlp_sizes) < 2 or self.batch_size > self.mlp_train:
-            raise ConfigError("MantissaSweepConfig: mlp_sizes needs 2+ widths, batch_size <= "
-                              "mlp_train")
+        if self.batch_size > self.mlp_train:
+            raise ConfigError(f"MantissaSweepConfig.batch_size: expected at most mlp_train "
+                              f"({self.mlp_train}), got {self.batch_size}")
         if self.points > min(self.rosen_steps, self.mlp_steps):
             raise ConfigError("MantissaSweepConfig.points must not exceed the steps")
 

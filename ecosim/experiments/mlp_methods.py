@@ -52,7 +52,8 @@ from ..optim import adamw, warmup_cosine
 from ..problems import MLP
 from ..quantizer import Quantizer
 from ..train import train
-from .base import Config, ConfigError, experiment
+from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
+                   nonempty, one_of, positive)
 
 __all__ = ["MLPMethodsConfig", "METHODS", "WEIGHT_FORMATS", "MEMORY_BUFFERS", "method_label",
            "weight_quantizer", "make_problem", "run_training", "single_thread_blas"]
@@ -201,27 +202,20 @@ class MLPMethodsConfig(Config):
     key: int = 0
     SMOKE: ClassVar[dict] = {"widths": (8, 16), "curve_width": 8, "seeds": 2, "steps": 40,
                              "n_train": 256, "n_val": 128, "log_every": 5, "lr": 1e-2}
+    CHECKS: ClassVar[dict] = {
+        "widths": (nonempty, distinct, at_least(1)), "curve_width": at_least(1),
+        "curve_formats": (distinct, one_of(sorted(WEIGHT_FORMATS))), "depth": at_least(1),
+        "seeds": at_least(1), "steps": at_least(1), "lr": positive, "b1": interval("(0, 1)"),
+        "b2": interval("[0, 1)"), "eps": positive, "weight_decay": non_negative,
+        "batch_size": at_least(1), "n_train": at_least(1), "n_val": at_least(1),
+        "noise": non_negative, "data_key": non_negative, "log_every": at_least(1),
+        "stop_factor": interval("(1, inf)"), "key": non_negative}
 
     def __post_init__(self):
         super().__post_init__()
-        name = type(self).__name__
-        if not self.widths or min(self.widths) < 1 or len(set(self.widths)) != len(self.widths):
-            raise ConfigError(f"{name}.widths: distinct positive widths")
-        if self.curve_width < 1 or self.depth < 1:
-            raise ConfigError(f"{name}: curve_width and depth must be >= 1")
-        bad = [f for f in self.curve_formats if f not in WEIGHT_FORMATS]
-        if bad or len(set(self.curve_formats)) != len(self.curve_formats):
-            raise ConfigError(f"{name}.curve_formats: distinct names among "
-                              f"{sorted(WEIGHT_FORMATS)}, got {self.curve_formats}")
-        for field in ("seeds", "steps", "batch_size", "n_train", "n_val", "log_every"):
-            if getattr(self, field) < 1:
-                raise ConfigError(f"{name}.{field} must be >= 1")
         if self.batch_size > self.n_train:
-            raise ConfigError(f"{name}.batch_size must be at most n_train")
-        if self.lr <= 0 or not 0 < self.b1 < 1 or not 0 <= self.b2 < 1 or self.eps <= 0:
-            raise ConfigError(f"{name}: lr > 0, b1 in (0, 1), b2 in [0, 1), eps > 0")
-        if self.weight_decay < 0 or self.noise < 0 or self.stop_factor <= 1:
-            raise ConfigError(f"{name}: weight_decay, noise >= 0 and stop_factor > 1")
+            raise ConfigError(f"{type(self).__name__}.batch_size: expected at most n_train "
+                              f"({self.n_train}), got {self.batch_size}")
 
     def blocks(self) -> list[tuple[str, int]]:
         """The (low-precision format, width) pairs that are run, in order, without repeats."""

@@ -33,7 +33,8 @@ import numpy as np
 from .. import memory, rng
 from ..optim import adamw, sgdm, warmup_cosine
 from ..quantizer import Quantizer
-from .base import Config, ConfigError, experiment
+from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
+                   nonempty, positive)
 from .mlp_methods import make_problem, run_training, weight_quantizer
 
 __all__ = ["MLPStatesConfig", "STATE_FORMATS", "parse_variant", "state_quantizer_of",
@@ -161,26 +162,26 @@ class MLPStatesConfig(Config):
     SMOKE: ClassVar[dict] = {"variants": SMOKE_VARIANTS, "width": 8, "seeds": 2, "steps": 40,
                              "n_train": 256, "n_val": 128, "log_every": 5, "adamw_lr": 1e-2}
 
+    CHECKS: ClassVar[dict] = {
+        "variants": (nonempty, distinct), "width": at_least(1), "depth": at_least(1),
+        "seeds": at_least(1), "steps": at_least(1), "adamw_lr": positive,
+        "b1": interval("(0, 1)"), "b2": interval("[0, 1)"), "eps": positive,
+        "sgdm_lr": positive, "beta": interval("(0, 1)"), "batch_size": at_least(1),
+        "n_train": at_least(1), "n_val": at_least(1), "noise": non_negative,
+        "data_key": non_negative, "log_every": at_least(1),
+        "stop_factor": interval("(1, inf)"), "key": non_negative}
+
     def __post_init__(self):
         super().__post_init__()
         name = type(self).__name__
-        if not self.variants or len(set(self.variants)) != len(self.variants):
-            raise ConfigError(f"{name}.variants: give distinct variants")
         for v in self.variants:
             try:
                 parse_variant(v)
             except ValueError as exc:
                 raise ConfigError(f"{name}.variants: {exc}") from None
-        for field in ("width", "depth", "seeds", "steps", "batch_size", "n_train", "n_val",
-                      "log_every"):
-            if getattr(self, field) < 1:
-                raise ConfigError(f"{name}.{field} must be >= 1")
         if self.batch_size > self.n_train:
-            raise ConfigError(f"{name}.batch_size must be at most n_train")
-        if min(self.adamw_lr, self.sgdm_lr, self.eps) <= 0 or self.stop_factor <= 1:
-            raise ConfigError(f"{name}: learning rates and eps > 0, stop_factor > 1")
-        if not (0 < self.b1 < 1 and 0 <= self.b2 < 1 and 0 < self.beta < 1):
-            raise ConfigError(f"{name}: b1 and beta in (0, 1), b2 in [0, 1)")
+            raise ConfigError(f"{name}.batch_size: expected at most n_train ({self.n_train}), "
+                              f"got {self.batch_size}")
 
 
 def build_optimizer(cfg: MLPStatesConfig, variant: str, problem):

@@ -23,7 +23,8 @@ from .. import rng, theory
 from ..optim import sgdm, warmup_cosine
 from ..problems import Quadratic
 from ..train import train
-from .base import Config, ConfigError, experiment
+from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
+                   nonempty, one_of, positive)
 from .floor import quantizer_for
 
 __all__ = ["NaiveDecayConfig", "window_means"]
@@ -59,19 +60,18 @@ class NaiveDecayConfig(Config):
     bins: int = 120
     key: int = 0
     SMOKE: ClassVar[dict] = {"steps": 600, "d": 64, "bins": 30}
+    CHECKS: ClassVar[dict] = {
+        "steps": at_least(1), "peak_lr": positive, "beta": interval("(0, 1)"),
+        "schemes": (nonempty, distinct, one_of(_SCHEMES)),
+        "modes": (nonempty, distinct, one_of("sr", "rtn")),
+        "grad_noises": (nonempty, distinct, non_negative), "L": positive, "d": at_least(1),
+        "step": positive, "bins": at_least(1), "key": non_negative}
 
     def __post_init__(self):
         super().__post_init__()
-        if any(s not in _SCHEMES for s in self.schemes) or not self.schemes:
-            raise ConfigError(f"NaiveDecayConfig.schemes: choose from {_SCHEMES}")
-        if any(m not in ("sr", "rtn") for m in self.modes) or not self.modes:
-            raise ConfigError("NaiveDecayConfig.modes: 'sr' and/or 'rtn'")
-        if any(g < 0 for g in self.grad_noises) or not self.grad_noises:
-            raise ConfigError("NaiveDecayConfig.grad_noises must be >= 0")
-        if not 1 <= self.bins <= self.steps:
-            raise ConfigError("NaiveDecayConfig.bins must be in [1, steps]")
-        if not 0 < self.beta < 1 or self.peak_lr <= 0:
-            raise ConfigError("NaiveDecayConfig: beta in (0, 1), peak_lr > 0")
+        if self.bins > self.steps:
+            raise ConfigError(f"NaiveDecayConfig.bins: expected at most steps ({self.steps}), "
+                              f"got {self.bins}")
         if self.peak_lr >= theory.stability_limit(self.L, self.beta):
             raise ConfigError("NaiveDecayConfig.peak_lr is outside the stability region")
 

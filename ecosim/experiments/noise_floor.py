@@ -21,7 +21,8 @@ from typing import ClassVar
 import numpy as np
 
 from .. import rng, theory
-from .base import Config, ConfigError, experiment, stack_units
+from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
+                   nonempty, one_of, positive, stack_units)
 
 __all__ = ["FloorAdditiveConfig", "simulate_additive", "batch_means"]
 
@@ -126,23 +127,18 @@ class FloorAdditiveConfig(Config):
     key: int = 0
     SMOKE: ClassVar[dict] = {"lrs": (0.3, 0.03), "betas": (0.9,), "d": 64, "horizon": 8.0,
                              "min_steps": 200, "curve_points": 25}
+    CHECKS: ClassVar[dict] = {
+        "lrs": (nonempty, distinct, positive), "betas": (nonempty, distinct, interval("(0, 1)")),
+        "schemes": (nonempty, distinct, one_of(_SCHEMES)), "step": positive, "L": positive,
+        "d": at_least(1), "horizon": positive, "min_steps": at_least(1),
+        "curve_points": at_least(2), "key": non_negative}
 
     def __post_init__(self):
         super().__post_init__()
-        bad = [s for s in self.schemes if s not in _SCHEMES]
-        if bad or not self.schemes:
-            raise ConfigError(f"FloorAdditiveConfig.schemes: choose from {_SCHEMES}, got "
-                              f"{self.schemes}")
-        if not self.lrs or min(self.lrs) <= 0 or self.step <= 0 or self.L <= 0:
-            raise ConfigError("FloorAdditiveConfig: lrs, step and L must be positive")
-        if not self.betas or not all(0 < b < 1 for b in self.betas):
-            raise ConfigError("FloorAdditiveConfig.betas must lie in (0, 1)")
         for b in self.betas:
             if max(self.lrs) >= theory.stability_limit(self.L, b):
                 raise ConfigError(f"FloorAdditiveConfig: lr {max(self.lrs)} is unstable at "
                                   f"beta={b}")
-        if self.d < 1 or self.curve_points < 2:
-            raise ConfigError("FloorAdditiveConfig: d >= 1 and curve_points >= 2")
 
     @property
     def sigma2(self) -> float:

@@ -27,7 +27,7 @@ from .. import rng
 from ..formats import custom
 from ..formats import get as get_format
 from ..rounding import quantize
-from .base import Config, ConfigError, experiment
+from .base import Config, ConfigError, at_least, distinct, experiment, non_negative, nonempty
 
 __all__ = ["RelativeErrorConfig", "format_of", "relative_errors"]
 
@@ -60,11 +60,12 @@ class RelativeErrorConfig(Config):
 
     SMOKE: ClassVar[dict] = {"formats": ("e8m7", "e8m1", "float8_e4m3fn"), "samples": 4000,
                              "bins": 20}
+    CHECKS: ClassVar[dict] = {
+        "formats": (nonempty, distinct), "samples": at_least(100), "bins": at_least(2),
+        "below": at_least(1), "above": at_least(1), "key": non_negative}
 
     def __post_init__(self):
         super().__post_init__()
-        if not self.formats:
-            raise ConfigError("RelativeErrorConfig.formats: give at least one")
         for name in self.formats:
             try:
                 fmt = format_of(name)
@@ -72,8 +73,6 @@ class RelativeErrorConfig(Config):
                 raise ConfigError(f"RelativeErrorConfig.formats: {exc}") from None
             if not fmt.is_float:
                 raise ConfigError(f"RelativeErrorConfig.formats: {name} is not a float format")
-        if self.samples < 100 or self.bins < 2 or self.below < 1 or self.above < 1:
-            raise ConfigError("RelativeErrorConfig: samples >= 100, bins >= 2, below/above >= 1")
 
 
 def _units(cfg: RelativeErrorConfig) -> list[dict]:

@@ -32,7 +32,8 @@ from .. import rng, theory
 from ..optim import sgdm
 from ..problems import Quadratic
 from ..quantizer import Quantizer
-from .base import Config, ConfigError, experiment, stack_units
+from .base import (Config, ConfigError, at_least, experiment, finite, interval, non_negative,
+                   positive, stack_units)
 
 __all__ = ["RtnStallConfig", "naive_stall_steps", "eco_release_steps"]
 
@@ -113,15 +114,15 @@ class RtnStallConfig(Config):
     showcase_offset: float = 1.3
     key: int = 0
     SMOKE: ClassVar[dict] = {"steps": 400, "d": 16}
+    CHECKS: ClassVar[dict] = {
+        "lr": positive, "beta": interval("(0, 1)"), "step": positive, "L": positive,
+        "steps": at_least(2), "d": at_least(1), "spread": non_negative,
+        "showcase_offset": finite, "key": non_negative}
 
     def __post_init__(self):
         super().__post_init__()
-        if not 0 < self.beta < 1 or self.lr <= 0 or self.step <= 0 or self.L <= 0:
-            raise ConfigError("RtnStallConfig: beta in (0, 1); lr, step and L positive")
         if self.lr >= theory.stability_limit(self.L, self.beta):
             raise ConfigError("RtnStallConfig.lr is outside the stability region")
-        if self.steps < 2 or self.d < 1:
-            raise ConfigError("RtnStallConfig: steps >= 2, d >= 1")
 
 
 def _units(cfg: RtnStallConfig):
