@@ -20,6 +20,9 @@ Splits and batches are pure functions:
   can draw any micro-batch.
 
 The loaded corpus is cached in memory (one uint8 tensor per path) for the life of the process.
+A corpus that cannot be trained on (empty, unreadable, a binary file: one holding a NUL byte,
+which no text file does) raises :class:`CorpusError`, a ``ValueError`` whose message names the
+file and says what to pass instead.
 """
 
 from __future__ import annotations
@@ -36,12 +39,16 @@ import torch
 
 from .. import rng
 
-__all__ = ["Corpus", "SPLIT_BLOCK", "VAL_EVERY", "corpus_files", "default_corpus_path",
-           "get_batch", "load_corpus", "split"]
+__all__ = ["Corpus", "CorpusError", "SPLIT_BLOCK", "VAL_EVERY", "corpus_files",
+           "default_corpus_path", "get_batch", "load_corpus", "split"]
 
 SPLIT_BLOCK = 4096  # bytes per split block
 VAL_EVERY = 20  # one block in 20 (5%) is validation
 _SKIP_DIRS = {"__pycache__", "site-packages", "dist-packages"}
+
+
+class CorpusError(ValueError):
+    """A corpus that cannot be trained on: empty, unreadable, binary or too short."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,7 @@ def corpus_files(path: str | os.PathLike, suffixes: tuple[str, ...] = ()) -> lis
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: a folder without a matching file.
+        CorpusError: a folder without a matching file.
     """
     p = Path(path)
     if not p.exists():
@@ -104,7 +111,8 @@ def corpus_files(path: str | os.PathLike, suffixes: tuple[str, ...] = ()) -> lis
                 found.append(fp)
     if not found:
         which = f" ending in {'/'.join(suffixes)}" if suffixes else ""
-        raise ValueError(f"no files{which} under {str(p)!r}")
+        raise CorpusError(f"no files{which} under {str(p)!r}: pass a text file or a folder "
+                          "of text files")
     # Sorted by the relative POSIX path: the same order on every OS and file system.
     return sorted(found, key=lambda f: f.relative_to(p).as_posix())
 
@@ -114,7 +122,8 @@ def load_corpus(path: str | os.PathLike | None = None) -> Corpus:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: the corpus is empty.
+        CorpusError: the corpus is empty, a file cannot be read, or a file is binary (holds a
+            NUL byte).
     """
     if path is None:
         return _load(str(default_corpus_path().resolve()), (".py",))
@@ -127,12 +136,20 @@ def _load(path: str, suffixes: tuple[str, ...]) -> Corpus:
     h = hashlib.sha256()
     parts = []
     for f in files:
-        b = f.read_bytes()
+        try:
+            b = f.read_bytes()
+        except OSError as exc:
+            raise CorpusError(f"cannot read corpus file {str(f)!r} ({exc.strerror or exc}): "
+                              "check its permissions or pass another file") from None
+        if b"\0" in b:
+            raise CorpusError(f"corpus file {str(f)!r} looks binary (it holds NUL bytes): "
+                              "the corpus must be text; pass a text file or folder")
         h.update(b)
         parts.append(b)
     data = b"".join(parts)
     if not data:
-        raise ValueError(f"the corpus at {path!r} is empty")
+        raise CorpusError(f"the corpus at {path!r} is empty: pass a text file or folder "
+                          "with some data")
     tokens = torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy())
     return Corpus(tokens=tokens, source=path, files=len(files), sha256=h.hexdigest())
 

@@ -206,6 +206,8 @@ class LMConfig:
         out: checkpoint folder (None: no checkpoint).
         results: JSON-lines file the record is appended to (None: not written).
         resume: continue the run checkpointed in ``out``.
+        overwrite: start afresh even though ``out`` holds a checkpoint (which the new run
+            replaces); without it (or ``resume``) an existing checkpoint is an error.
         stop_after: stop (checkpointing) after this step, to be resumed later.
         ckpt_every: also checkpoint every this many steps (always at the end and at a stop).
         quiet: no progress bar and no log lines.
@@ -245,6 +247,7 @@ class LMConfig:
     out: str | None = None
     results: str | None = None
     resume: bool = False
+    overwrite: bool = False
     stop_after: int | None = None
     ckpt_every: int | None = None
     quiet: bool = False
@@ -280,6 +283,13 @@ class LMConfig:
         if len(tuple(self.betas)) != 2:
             raise ValueError(f"betas must be a pair, got {self.betas!r}")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas must lie in [0, 1), got {self.betas!r}")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise ValueError(f"eps must be a finite number > 0, got {self.eps!r}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be a finite number >= 0, "
+                             f"got {self.weight_decay!r}")
         if self.clip < 0:
             raise ValueError(f"clip must be >= 0 (0: off), got {self.clip!r}")
         if self.storage not in STORAGES:
@@ -288,6 +298,9 @@ class LMConfig:
             raise FileNotFoundError(f"data path {self.data!r} does not exist")
         if (self.resume or self.stop_after is not None) and self.out is None:
             raise ValueError("resume and stop_after need an out folder for the checkpoint")
+        if self.resume and self.overwrite:
+            raise ValueError("resume continues the checkpointed run and overwrite replaces it: "
+                             "pass one of them, not both")
         if self.stop_after is not None and self.stop_after >= self.steps:
             raise ValueError(f"stop_after={self.stop_after} must be below steps={self.steps}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
@@ -601,28 +614,57 @@ def _ckpt_path(cfg: LMConfig) -> Path:
     return Path(cfg.out) / CHECKPOINT
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed: unreadable, not ours, or from another run."""
+
+
+def _unusable(path: Path, why: str) -> CheckpointError:
+    return CheckpointError(f"checkpoint {str(path)!r} {why}: delete it or pass --overwrite "
+                           "to start the run again")
+
+
 def _save(path: Path, payload: dict):
+    """Write a checkpoint atomically: a temporary file in the same folder, flushed to disk,
+    then renamed over ``path``, so a killed run leaves the old checkpoint or the new one,
+    never a truncated file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _load(cfg: LMConfig, device, corpus_sha: str) -> dict:
     path = _ckpt_path(cfg)
     if not path.exists():
         raise FileNotFoundError(f"--resume: no checkpoint at {str(path)!r}")
-    ck = torch.load(path, map_location=device, weights_only=True)
-    if ck.get("format") != _FORMAT:
-        raise ValueError(f"{str(path)!r} is not an {_FORMAT} checkpoint")
+    try:
+        ck = torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # truncated, garbage, or pickled objects weights_only refuses
+        raise _unusable(path, f"is unreadable (truncated or not a checkpoint: "
+                              f"{type(exc).__name__})") from None
+    if not isinstance(ck, dict) or ck.get("format") != _FORMAT or not isinstance(
+            ck.get("config"), dict) or not all(k in ck for k in _CKPT_KEYS):
+        raise _unusable(path, f"is not an {_FORMAT} checkpoint")
     want = {k: _jsonable(getattr(cfg, k)) for k in _TRAJECTORY}
     bad = {k: (ck["config"].get(k), v) for k, v in want.items() if ck["config"].get(k) != v}
     if ck["corpus_sha256"] != corpus_sha:
         bad["corpus"] = (ck["corpus_sha256"], corpus_sha)
     if bad:
-        raise ValueError("the checkpoint was written by a different run; mismatched "
-                         f"(checkpoint, now): {bad}")
+        raise CheckpointError(f"the checkpoint {str(path)!r} was written by a different run; "
+                              f"mismatched (checkpoint, now): {bad}; pass the same options, "
+                              "--overwrite to replace it, or another --out")
     return ck
+
+
+_CKPT_KEYS = ("corpus_sha256", "model", "optimizers", "schedulers", "hist")
 
 
 def _jsonable(x):
@@ -661,17 +703,20 @@ def _train(cfg: LMConfig, env: _Env) -> dict:
     t_start = time.perf_counter()
     dev, W, A, B, T = env.device, env.world, cfg.grad_accum, cfg.batch, cfg.seq
     ck_path = _ckpt_path(cfg) if cfg.out else None
-    if cfg.out and not cfg.resume and ck_path.exists():
-        raise FileExistsError(f"{str(ck_path)!r} exists; pass --resume to continue that run "
-                              "or choose another --out")
+    if cfg.out and not (cfg.resume or cfg.overwrite) and ck_path.exists():
+        raise FileExistsError(f"{str(ck_path)!r} exists; pass --resume to continue that run, "
+                              "--overwrite to start it again, or choose another --out")
     method = METHODS[cfg.method]
     preset = _preset(cfg.preset)
     corpus = _data.load_corpus(cfg.data)
     train_tok, val_tok = _data.split(corpus.tokens)
     for name, part in (("training", train_tok), ("validation", val_tok)):
         if part.numel() <= T + 1:
-            raise ValueError(f"the {name} split has {part.numel()} bytes, too few for "
-                             f"sequences of {T} bytes; use more data or a shorter --seq")
+            raise _data.CorpusError(
+                f"the {name} split of the corpus {corpus.source!r} ({corpus.nbytes} bytes) has "
+                f"{part.numel()} bytes, too few for sequences of {T} bytes; use more data "
+                f"(one block of {_data.SPLIT_BLOCK} bytes in {_data.VAL_EVERY} is validation: "
+                f"{_data.SPLIT_BLOCK * _data.VAL_EVERY} bytes at least) or a shorter --seq")
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
 
@@ -687,19 +732,26 @@ def _train(cfg: LMConfig, env: _Env) -> dict:
             "eval_s": 0.0, "wall_s": 0.0, "segments": 0, "diverged_at": None, "record": None}
     if cfg.resume:
         ck = _load(cfg, dev, corpus.sha256)
-        if ck["hist"]["record"] is not None:  # finished already: nothing to train
-            return ck["hist"]["record"]
-        if cfg.fsdp:
-            _load_full_model(model, ck["model"])
-        else:
-            model.load_state_dict(ck["model"])
-        for o, s in zip(opts, ck["optimizers"]):
-            # ECOAdamW takes whole states for its DTensor parameters itself
-            o.load_state_dict(s if not cfg.fsdp or isinstance(o, ECOAdamW)
-                              else _shard_adamw_state(s, o))
-        for sch, s in zip(scheds, ck["schedulers"]):
-            sch.load_state_dict(s)
-        hist = ck["hist"]
+        try:
+            if ck["hist"]["record"] is not None:  # finished already: nothing to train
+                return ck["hist"]["record"]
+            if cfg.fsdp:
+                _load_full_model(model, ck["model"])
+            else:
+                model.load_state_dict(ck["model"])
+            for o, s in zip(opts, ck["optimizers"]):
+                # ECOAdamW takes whole states for its DTensor parameters itself
+                o.load_state_dict(s if not cfg.fsdp or isinstance(o, ECOAdamW)
+                                  else _shard_adamw_state(s, o))
+            for sch, s in zip(scheds, ck["schedulers"]):
+                sch.load_state_dict(s)
+            hist = ck["hist"]
+        except torch.OutOfMemoryError:
+            raise
+        except (KeyError, TypeError, IndexError, ValueError, RuntimeError) as exc:
+            why = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise _unusable(ck_path, f"does not fit this run ({type(exc).__name__}: "
+                                     f"{why})") from None
     hist["segments"] += 1
 
     ddp = None
@@ -933,6 +985,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", help="checkpoint folder")
     ap.add_argument("--results", help="JSON-lines file to append the record to")
     ap.add_argument("--resume", action="store_true", help="continue the run in --out")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="start afresh even if --out holds a checkpoint (it is replaced)")
     ap.add_argument("--stop-after", type=int, help="checkpoint and stop after this step")
     ap.add_argument("--ckpt-every", type=int)
     ap.add_argument("--quiet", action="store_true")
@@ -959,15 +1013,19 @@ def main(argv=None) -> int:
         print(_listing())
         return 0
     args["betas"] = tuple(args["betas"])
+
+    def fail(err: Exception) -> int:  # one line on stderr, exit status 2
+        print(f"{ap.prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
     try:
         cfg = LMConfig(**args)
         cfg.resolved(int(os.environ.get("WORLD_SIZE", "1")))  # batch arithmetic, early
     except (ValueError, FileNotFoundError, NotImplementedError) as err:
-        ap.error(str(err))
+        return fail(err)
     try:
         rec = train(cfg)
-    except (FileExistsError, FileNotFoundError) as err:  # checkpoint folder problems
-        ap.error(str(err))
+    except (FileExistsError, FileNotFoundError, CheckpointError, _data.CorpusError) as err:
+        return fail(err)  # the checkpoint folder, the checkpoint or the corpus
     if int(os.environ.get("RANK", "0")) == 0 and not cfg.quiet:
         if rec.get("finished") is False:
             print(f"stopped at step {rec['step']}; resume with --resume (checkpoint "
