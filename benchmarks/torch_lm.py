@@ -12,7 +12,16 @@ For each preset (``ecosim.torch.model.PRESETS``) and each method, on one device:
 * ``peak B/p`` (CUDA only): ``torch.cuda.max_memory_allocated`` over full training steps
   (forward, backward, clipping, both optimizers) per parameter of the whole model: gradients
   and activations included;
-* ``tok/s``: tokens per second of those full training steps.
+* ``peak - act B/p`` (CUDA only): that peak minus the activation baseline of the preset (the
+  peak of one forward/backward of the plain FP32 model without optimizer, above the bytes
+  allocated before it), per parameter: weights, optimizer states and the step's transients,
+  without the activations that otherwise hide the difference between the rows;
+* ``tok/s``: tokens per second of those full training steps, the first (warm-up) step not
+  counted.
+
+Between rows the previous model and optimizers are deleted and collected (``gc.collect()``:
+a ``QuantizedLinear`` and its gradient slot form a reference cycle, so without it earlier
+rows would stay allocated and inflate the CUDA figures).
 
 Methods: ``master`` (FP32 parameters + FP32 master copy: what a user has today), ``master``
 with FP8 code storage, ``eco`` with FP32 parameters, ``eco`` with FP8 code storage (the ECO
@@ -28,6 +37,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import platform
 import statistics
@@ -76,6 +86,35 @@ def time_opt_step(opt, qparams, reps: int, dev) -> float:
     return statistics.median(times)
 
 
+def _release(dev):
+    """Free what the previous row held (reference cycles included) before measuring."""
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+
+
+def activation_baseline(preset: str, batch: int, seq: int, dev) -> int:
+    """Bytes one forward/backward of the plain FP32 model (no optimizer) allocates above what
+    is allocated before it, at its peak: activations, gradients and their transients (CUDA;
+    0 on CPU)."""
+    if dev.type != "cuda":
+        return 0
+    _release(dev)
+    model = Transformer(PRESETS[preset].model, torch.Generator().manual_seed(0)).to(dev)
+    x = torch.randint(0, 256, (batch, seq + 1), generator=torch.Generator().manual_seed(2))
+    x = x.to(dev)
+    _sync(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    before = torch.cuda.memory_allocated(dev)
+    model(x[:, :-1], x[:, 1:]).backward()
+    _sync(dev)
+    peak = torch.cuda.max_memory_allocated(dev) - before
+    del model, x
+    _release(dev)
+    return peak
+
+
 def train_steps(model, opts, steps: int, batch: int, seq: int, dev) -> tuple[float, int]:
     """tokens/s of full training steps, and the peak allocated bytes (CUDA; 0 on CPU)."""
     gen = torch.Generator().manual_seed(2)
@@ -117,18 +156,18 @@ def main(argv=None) -> int:
           + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else "")
           + f", threads {torch.get_num_threads()}")
     print("| preset | quantized params | rounding | scheme | storage | step ms | x master | "
-          "static B/p (linears) | allocated B/p (model) | peak B/p (model) | tok/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "static B/p (linears) | allocated B/p (model) | peak B/p (model) | "
+          "peak - act B/p (model) | tok/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for preset in args.presets:
         pc = param_counts(preset)
         pr = PRESETS[preset]
         batch, seq = args.batch or pr.batch, args.seq or pr.seq
+        act = activation_baseline(preset, batch, seq, dev) if args.train_steps else 0
         for mode in args.modes:
             base = {}
             for scheme, storage in ROWS:
-                if dev.type == "cuda":
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats(dev)
+                _release(dev)
                 model, opts, qparams = build(preset, scheme, storage, mode, dev)
                 step = time_opt_step(opts[0], qparams, args.reps, dev)
                 base.setdefault(storage, step if scheme == "master" else math.nan)
@@ -137,11 +176,14 @@ def main(argv=None) -> int:
                          else math.nan)
                 tps, peak = (train_steps(model, opts, args.train_steps, batch, seq, dev)
                              if args.train_steps else (math.nan, 0))
+                for o in opts:
+                    o.zero_grad(set_to_none=True)
                 print(f"| {preset} | {pc['quantized'] / 1e6:.2f}M | {mode} | {scheme} | "
                       f"{storage} | {step * 1e3:.1f} | {step / base[storage]:.2f} | "
                       f"{static:.2f} | {alloc:.2f} | "
-                      f"{peak / pc['total'] if peak else math.nan:.2f} | {tps:,.0f} |",
-                      flush=True)
+                      f"{peak / pc['total'] if peak else math.nan:.2f} | "
+                      f"{(peak - act) / pc['total'] if peak and act else math.nan:.2f} | "
+                      f"{tps:,.0f} |", flush=True)
                 del model, opts, qparams
     return 0
 

@@ -1,8 +1,6 @@
 """Rounding is exact: RTN against ml_dtypes (float32), an exact reference and gfloat (float64);
 SR against its defining count rule by enumerating every value of the random bits."""
 
-import gfloat
-import gfloat.formats as gff
 import ml_dtypes
 import numpy as np
 import pytest
@@ -13,6 +11,7 @@ from ecosim import formats
 from ecosim._reference import round_reference
 from ecosim.rounding import quantize
 import oracles  # which oracle release has which defect (tests/oracles.py)
+from rounding_probes import F32_SPECIALS, probe_points  # shared with test_torch_core.py
 
 ML_FLOATS = [n for n in formats.names() if formats.get(n).is_float]
 SMALL_FORMATS = [n for n in formats.names() if formats.get(n).bits <= 16]
@@ -26,28 +25,6 @@ def bits_of(a):
 def ml_cast(x, fmt):
     """The ml_dtypes oracle: cast to the format and back."""
     return oracles.ml_cast(x, fmt.dtype)
-
-
-def probe_points(fmt, dtype):
-    """Every value, every midpoint, one ulp either side of both, past max, subnormals."""
-    v = fmt.values()
-    mids = (v[1:] + v[:-1]) / 2  # exact: midpoints need one more bit than the format has
-    top_step = v[-1] - v[-2]
-    past = [fmt.max + top_step / 2, fmt.max + top_step, fmt.max * 1.5, fmt.max * 4]
-    pts = np.concatenate([v, mids, past]).astype(np.float64)
-    pts = pts[np.abs(pts) <= np.finfo(dtype).max].astype(dtype)
-    pts = np.concatenate([pts, -pts])
-    ulp_up = np.nextafter(pts, dtype(np.inf))
-    ulp_dn = np.nextafter(pts, dtype(-np.inf))
-    rng = np.random.default_rng(0)
-    tiny = (rng.standard_normal(20_000) * fmt.smallest_normal).astype(dtype)
-    wide = np.clip(rng.standard_normal(20_000) * fmt.max / 3, -1e38, 1e38).astype(dtype)
-    return np.concatenate([pts, ulp_up, ulp_dn, tiny, wide])
-
-
-F32_SPECIALS = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF,
-                         0x7F800000, 0xFF800000, 0, 0x80000000, 1, 0x80000001, 0x00400000,
-                         0x007FFFFF, 0x7F7FFFFF, 0xFF7FFFFF], np.uint32).view(np.float32)
 
 
 # -- RTN: ml_dtypes is the oracle where its release is right (tests/oracles.py) ----------------
@@ -122,24 +99,26 @@ def test_rtn_float64_equals_exact_reference(name):
         assert_array_equal(np.signbit(ours[num]), np.signbit(ref[num]))
 
 
-GFLOAT = {
-    "float8_e4m3fn": gff.format_info_ocp_e4m3,
-    "float8_e5m2": gff.format_info_ocp_e5m2,
-    "float6_e2m3fn": gff.format_info_ocp_e2m3,
-    "float6_e3m2fn": gff.format_info_ocp_e3m2,
-    "float4_e2m1fn": gff.format_info_ocp_e2m1,
-    "bfloat16": gff.format_info_bfloat16,
-    "float16": gff.format_info_binary16,
+GFLOAT = {  # gfloat.formats attribute of each format (gfloat is a test extra: imported lazily)
+    "float8_e4m3fn": "format_info_ocp_e4m3",
+    "float8_e5m2": "format_info_ocp_e5m2",
+    "float6_e2m3fn": "format_info_ocp_e2m3",
+    "float6_e3m2fn": "format_info_ocp_e3m2",
+    "float4_e2m1fn": "format_info_ocp_e2m1",
+    "bfloat16": "format_info_bfloat16",
+    "float16": "format_info_binary16",
 }
 
 
 @pytest.mark.parametrize("name", list(GFLOAT))
 def test_rtn_float64_equals_gfloat(name):
+    gfloat = pytest.importorskip("gfloat", reason="gfloat (the test extra) is not installed")
+    import gfloat.formats as gff
     fmt = formats.get(name)
     x = probe_points(fmt, np.float64)
     x = x[np.abs(x) <= fmt.max]  # gfloat raises on some overflows without saturation
     ours = quantize(x, fmt, "rtn")
-    theirs = gfloat.round_ndarray(GFLOAT[name], x, sat=True)
+    theirs = gfloat.round_ndarray(getattr(gff, GFLOAT[name]), x, sat=True)
     assert_array_equal(ours, theirs)
 
 

@@ -1,4 +1,20 @@
-"""Optional torch backend: the NumPy core's mirrors, bit-identical, on any torch device.
+"""Optional torch backend: the NumPy core's mirrors, bit-identical with it on the CPU.
+
+Which exactness claims hold where:
+    CPU: ``quantize``, ``random_bits``, ``Quantizer`` (every scale rule) and the eager
+        ``ECOSGD``/``ECOAdamW`` (float32) equal NumPy bit for bit; tested by the test suite
+        (tests/test_torch_*.py). ``ECOAdamW(compile=True)`` was measured bit-identical too.
+        The language model's resume and DDP/FSDP layout equivalences are tested on the CPU.
+    CUDA: designed to be bit-identical (integer bit manipulation; every division that must
+        match NumPy divides by a tensor on the same device, since CUDA computes a division by
+        a Python scalar or a CPU 0-dim tensor as a multiplication by the reciprocal; float32
+        ``sqrt`` is assumed IEEE there), but not yet run: checked by
+        ``benchmarks/cuda_check.py`` (quantize, the row-wise E4M3 Quantizer with RTN and SR,
+        three ECOAdamW steps) when a GPU is available. Not claimed on CUDA:
+        ``ECOAdamW(compile=True)`` (Triton may fuse multiply-adds), and the language model's
+        bit-exact resume and layout equivalence (``python -m ecosim.torch.lm`` turns on
+        deterministic algorithms and a fixed cuBLAS workspace there, unverified).
+    Other devices: untested.
 
 Imported lazily (``import ecosim.torch``); nothing else in ecosim needs torch. Install it with
 the ``torch`` extra (``pip install -e '.[torch]'`` or ``make torch``).

@@ -39,7 +39,10 @@ process with ``grad_accum=2`` and two processes with ``grad_accum=1`` give bit-i
 gradients, weights and losses (tests/test_torch_ddp.py), and a checkpoint written with one
 layout resumes under the other. A resumed run continues bit-exactly: the checkpoint holds the
 model, both optimizers (the ECO optimizer's step counter keys its SR bits), the schedulers,
-the loss history and the step (the data position is a function of the step).
+the loss history and the step (the data position is a function of the step). On CUDA,
+:func:`run` turns on ``torch.use_deterministic_algorithms`` (warning, not failing, where an
+operation has no deterministic kernel) and sets ``CUBLAS_WORKSPACE_CONFIG=:4096:8``; these
+promises are tested on the CPU and have not yet been checked on a GPU.
 
 FSDP2 (``--fsdp``, with ``--storage param``): every block and the root are ``fully_shard``-ed
 on a 1-D mesh of all processes, so each process holds the rows ``r * ceil(n0 / W) ...`` of
@@ -370,6 +373,16 @@ class _Env:
             dist.destroy_process_group()
 
 
+def _deterministic_cuda() -> None:
+    """What the exactness promises (resume, DDP/FSDP layouts) need on CUDA: cuBLAS with a
+    fixed workspace (``CUBLAS_WORKSPACE_CONFIG=:4096:8`` unless already set; read when cuBLAS
+    starts, so before the first matrix product) and ``torch.use_deterministic_algorithms``.
+    ``warn_only=True``: an operation without a deterministic CUDA kernel warns (that run's
+    bit-exactness is then not promised) instead of ending the run. Not checked on a GPU yet."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
 def _setup(device: str, fsdp: bool = False) -> _Env:
     """Join the process group ``torchrun`` describes (if any) and pick this rank's device.
 
@@ -382,6 +395,7 @@ def _setup(device: str, fsdp: bool = False) -> _Env:
     if cuda and dev.index is None:
         dev = torch.device("cuda", local)
     if cuda:
+        _deterministic_cuda()
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if cuda else "gloo")
@@ -514,13 +528,14 @@ def _clip_grad_norm(params, max_norm: float, env: _Env) -> float:
         for i, n0, chunk in sharded:
             sums[i] = allr[:, pos:pos + chunk].reshape(-1)[:n0]
             pos += chunk
-    total = math.fsum(s.sum().item() for s in sums)
+    # One host sync for all parameters (the same float64 sums as one .item() each).
+    total = math.fsum(torch.stack([s.sum() for s in sums]).tolist()) if sums else 0.0
     norm = math.sqrt(total)
     coef = max_norm / (norm + 1e-6)
     if coef < 1.0:
         for g in grads:
             loc = _local(g)
-            loc.mul_(torch.tensor(coef, dtype=loc.dtype, device=loc.device))
+            loc.mul_(torch.full((), coef, dtype=loc.dtype, device=loc.device))
     return norm
 
 

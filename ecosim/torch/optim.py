@@ -98,7 +98,7 @@ from ..optim.base import _resolve_states as _np_resolve_states
 from ..optim.base import _weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer
 from .nn import _Codec, _raw, stored
-from .quantizer import Encoded, Quantizer
+from .quantizer import Encoded, Quantizer, _div
 
 __all__ = ["ECOSGD", "ECOAdamW"]
 
@@ -942,7 +942,7 @@ class _AdamMath:
                 return self.compiled[1](m, v, bc1, bc2, eps, lr)
             except Exception as err:  # noqa: BLE001
                 self._fail(err)
-        d = _sqrt(v / bc2)
+        d = _sqrt(_div(v, bc2))  # a true division on every device (see _div)
         d += eps
         tt = m / d
         tt *= lr / bc1  # (lr / (1 - b1^n)) * m / d

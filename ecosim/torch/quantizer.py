@@ -166,7 +166,7 @@ class Quantizer:
                 amax = a
             _check_finite(amax, xb)  # amax propagates NaN (and inf): one check per block
             if self.scale == "absmax":
-                s = amax / torch.tensor(self.rho, dtype=dt)  # rho rounded to dt, as NumPy's
+                s = _div(amax, self.rho)  # rho rounded to dt, as NumPy's
             else:
                 s = self._pow2(amax)
             return torch.where(amax == 0, torch.ones((), dtype=dt, device=s.device), s)
@@ -177,11 +177,11 @@ class Quantizer:
         if self.pow2 == "floor":  # OCP MX: 2**(floor(log2 amax) - emax)
             e = _frexp(amax)[1] - 1 - self.fmt.emax
         elif self.pow2 == "ceil":
-            pow2, e = _frexp(amax / torch.tensor(self.rho, dtype=amax.dtype))
+            pow2, e = _frexp(_div(amax, self.rho))
             e = e - pow2.to(torch.int64)  # amax/rho = m * 2**e, m == 0.5 exactly
         else:
             e8 = get("e8m0").replace(ties="even", name="e8m0_even")
-            r = torch.clamp(amax.to(torch.float64) / self.rho, min=2.0**-127)
+            r = torch.clamp(_div(amax.to(torch.float64), self.rho), min=2.0**-127)
             e = _frexp(quantize(r, e8))[1] - 1
         e = e.clamp(-127, 127)
         src = _F64 if amax.dtype == torch.float64 else _F32
@@ -304,6 +304,18 @@ def _as_float_tensor(x) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         return x
     return _as_tensor(x)
+
+
+def _div(x: torch.Tensor, y) -> torch.Tensor:
+    """``x / y`` for a Python number ``y``, rounded once (IEEE division) on every device.
+
+    ``y`` is first rounded to ``x``'s dtype (as NumPy rounds a scalar divisor to the array's
+    float32), then held in a 0-dim tensor on ``x``'s device: CUDA computes a division by a
+    Python scalar or by a CPU 0-dim tensor as ``x * fl(1/y)`` (two roundings, different from
+    ``x / y`` for about half the float32 inputs when ``y`` is not a power of two), but divides
+    element by element when the divisor lives on the same device.
+    """
+    return x / torch.full((), y, dtype=x.dtype, device=x.device)
 
 
 def _frexp(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -562,7 +574,7 @@ def _numpy_mean(a: torch.Tensor, axes: tuple) -> torch.Tensor:
             s = s + row.to(torch.float64)
     else:  # pragma: no cover - Quantizer never asks for this
         raise NotImplementedError(f"NumPy-order mean over axes {axes}")
-    return (s / count).reshape(keep)
+    return _div(s, count).reshape(keep)
 
 
 def _buffered_pairwise(t: torch.Tensor, buf: int) -> torch.Tensor:
