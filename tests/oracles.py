@@ -9,6 +9,11 @@ A defect's status on the installed release is read from the table and checked ag
 probe: a release inside the measured range must show the defect, one at or after ``fixed_in``
 must not (a disagreement fails with a message asking to remeasure), and any other release is
 classified by the probe alone.
+
+To check another release against the table without touching the environment::
+
+    pip install --no-deps --target /tmp/ml ml_dtypes==0.6.0
+    PYTHONPATH=/tmp/ml pytest tests/test_rounding.py tests/test_oracles.py -k "ml_dtypes or table"
 """
 
 from __future__ import annotations
