@@ -1,31 +1,32 @@
 # The two commands a fresh machine needs: `make test` and `make figures`.
+# Both install the locked environment (requirements/lock.txt: exact versions of every package,
+# the torch CPU build included) into .venv, so a fresh machine gets the set that was tested and
+# the committed figures reproduce byte for byte. pyproject.toml keeps compatible ranges for
+# `pip install ecosim` into your own environment; `make test-latest` checks those ranges against
+# the newest releases.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+LOCK   := requirements/lock.txt
 STAMP  := $(VENV)/.installed
-TORCH  := $(VENV)/.torch
+LATEST := .venv-latest
 # ecosim's matmuls are small: one BLAS thread per process is faster than a pool fighting over
 # two cores (measured 4 vs 21 ms per MLP step under load). A value set by the user wins.
 export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: test test-slow figures bench torch clean
+.PHONY: test test-slow test-latest figures bench torch lock clean
 
-$(STAMP): pyproject.toml
+# The lock pins setuptools too, so the editable install builds offline from the venv's own.
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# The optional torch backend: the pinned CPU build (a bare `pip install torch` may fetch a
-# multi-GB CUDA build), then the extra, which that version satisfies.
-$(TORCH): $(STAMP)
-	$(PY) -m pip install --quiet 'torch==2.13.0'
-	$(PY) -m pip install --quiet -e '.[test,torch]'
-	touch $(TORCH)
-
-torch: $(TORCH)
+# torch is part of the lock; kept as a name for older instructions
+torch: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -p no:cacheprovider
@@ -33,14 +34,40 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -p no:cacheprovider -m slow
 
+# The newest releases that pyproject.toml's ranges admit, in a venv of their own, then the
+# suite: drift is found by a command, not by a user. torch excepted: the newest build on the
+# package index is a CUDA build of several GB, so the CPU build of requirements/torch-cpu.txt
+# stays (pass TORCH_PIN=... to try another).
+TORCH_PIN ?= requirements/torch-cpu.txt
+test-latest:
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install --quiet --upgrade pip
+	$(LATEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager \
+		-c $(TORCH_PIN) -e '.[test,torch,bench]'
+	$(LATEST)/bin/python -m pip freeze --exclude-editable > $(LATEST)/versions.txt
+	@echo "newest versions under test: $$(grep -Ei '^(numpy|scipy|ml.dtypes|matplotlib|torch|gfloat|hypothesis|pytest)=' $(LATEST)/versions.txt | tr '\n' ' ')"
+	$(LATEST)/bin/python -m pytest -p no:cacheprovider
+
 # the language-model figures (lm_table, lm_pareto) train with the torch backend
-figures: $(TORCH)
+figures: $(STAMP)
 	$(PY) -m ecosim figures --out figures --jobs 2
 	$(PY) -m ecosim readme
 
 bench: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) benchmarks/quantize.py
 
+# Refresh the lock to the newest releases the ranges admit (pip-tools' pip-compile, for this
+# Python: the lock is for CPython 3.11), then run `make test` and `make figures` and commit the
+# lock with the figures it produces.
+lock:
+	rm -rf .venv-lock
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet 'pip-tools==7.6.2'
+	.venv-lock/bin/pip-compile --quiet --upgrade --extra test --extra torch --extra bench \
+		--strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links \
+		-c requirements/torch-cpu.txt -o $(LOCK) pyproject.toml
+	rm -rf .venv-lock
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(LATEST) .venv-lock .pytest_cache .hypothesis build *.egg-info

@@ -174,6 +174,10 @@ def _cmd_figures(args) -> int:
         n_files += len(fr.files)
         n_changed += len(fr.changed)
     fig_s = sum(fr.seconds for fr in report.figures)
+    mixed = [name for name, run in report.runs.items() if run.mixed_provenance]
+    if mixed:
+        print(f"note: cached results of {', '.join(mixed)} come from several revisions or a "
+              "dirty checkout (see each figure's .json, 'computed_by')")
     print(f"done in {report.seconds:.1f} s (experiments {report.experiment_s:.1f} s, figures "
           f"{fig_s:.1f} s): {report.computed} unit(s) computed, {report.cached} cached; "
           f"{n_files} files, {n_changed} changed")

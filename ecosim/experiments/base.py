@@ -19,9 +19,14 @@ cached one by one, so a killed run resumes where it stopped, and run through any
 in-process).
 
 Cache: ``<root>/<experiment>/<digest>.npz`` where ``digest`` is the SHA-256 of the canonical
-JSON of (cache format, experiment name, the experiment's declared code ``version``, the
-resolved config, the unit). Bump ``version`` whenever the compute function's output changes
-for the same config: the cache cannot see code changes. Files are written byte-deterministic
+JSON of (cache format, experiment name, the experiment's declared ``version``, the resolved
+config, the unit, and the code: :func:`~ecosim.experiments.provenance.code_fingerprint` of the
+experiment's module, i.e. the bytes of every ecosim source file it imports, transitively, the
+versions of the third-party packages those import, and the Python version). Any change to the
+code an experiment runs, or to a package version it depends on, recomputes; nothing has to
+remember to bump ``version``. Each entry's ``.json`` beside it records the key and the
+provenance of the code that computed it (git revision, dirty flag, source hash); an entry that
+cannot be read is recomputed with a one-line notice. Files are written byte-deterministic
 (:func:`save_results`: stored zip members with a fixed timestamp, ``.npy`` payloads) to a
 temporary file in the same directory and moved into place with :func:`os.replace`, so a file
 that exists is complete, and a rerun writes the very same bytes.
@@ -37,6 +42,7 @@ import math
 import numbers
 import os
 import re
+import sys
 import tempfile
 import time
 import typing
@@ -48,6 +54,8 @@ from types import MappingProxyType, UnionType
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+
+from . import provenance as _provenance
 
 __all__ = [
     "Cache",
@@ -72,7 +80,7 @@ __all__ = [
 Results = dict[str, np.ndarray]
 """What a compute function returns: named NumPy arrays (no object dtype)."""
 
-CACHE_FORMAT = 1  # bump when the file layout or the hashing below changes
+CACHE_FORMAT = 2  # bump when the file layout or the hashing below changes
 DEFAULT_CACHE = ".ecosim_cache"
 CACHE_ENV = "ECOSIM_CACHE"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -510,7 +518,7 @@ class Experiment:
         return units
 
     def digest(self, cfg: Config, unit: Mapping[str, Any] | None = None) -> str:
-        """SHA-256 (hex) of (cache format, name, version, resolved config, unit)."""
+        """SHA-256 (hex) of (cache format, name, version, resolved config, unit, code)."""
         return hashlib.sha256(_canonical(self.key_doc(cfg, unit)).encode()).hexdigest()
 
     def key_doc(self, cfg: Config, unit=None) -> dict[str, Any]:
@@ -518,7 +526,14 @@ class Experiment:
             raise TypeError(f"experiment {self.name!r} takes a {self.config.__name__}, "
                             f"got {type(cfg).__name__}")
         return {"cache_format": CACHE_FORMAT, "experiment": self.name, "version": self.version,
-                "config": cfg.to_dict(), "unit": unit}
+                "config": cfg.to_dict(), "unit": unit, "code": self.code()}
+
+    def code(self) -> dict[str, Any]:
+        """The code part of the cache key: :func:`~.provenance.code_fingerprint` of the modules
+        defining ``compute``, ``units`` and ``combine``."""
+        mods = sorted({f.__module__ for f in (self.compute, self.units, self.combine)
+                       if f is not None})
+        return _provenance.code_fingerprint(*mods)
 
 
 def _canonical(doc) -> str:
@@ -617,7 +632,8 @@ def save_results(path: str | os.PathLike, results: Mapping[str, Any]) -> Path:
 
 def load_results(path: str | os.PathLike) -> Results:
     """Read a ``.npz`` written by :func:`save_results` (no pickles)."""
-    with np.load(path, allow_pickle=False) as npz:
+    # from bytes: np.load leaves its file open when the archive is corrupt
+    with np.load(io.BytesIO(Path(path).read_bytes()), allow_pickle=False) as npz:
         return as_results({k: npz[k] for k in npz.files}, str(path))
 
 
@@ -670,19 +686,38 @@ class Cache:
         return self.root / exp.name / f"{exp.digest(cfg, unit)[:32]}.npz"
 
     def load(self, exp: Experiment, cfg: Config, unit=None) -> Results | None:
-        """Cached results, or None when absent (or unreadable: then they are recomputed)."""
+        """Cached results, or None when absent or unreadable (then they are recomputed, and a
+        one-line notice on stderr says so)."""
         path = self.path(exp, cfg, unit)
         if not path.exists():
             return None
         try:
             return load_results(path)
-        except (OSError, ValueError, TypeError, zipfile.BadZipFile):
+        except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+            print(f"ecosim: cache entry {path} is unreadable ({type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); recomputing it",
+                  file=sys.stderr)
             return None
 
+    def provenance(self, exp: Experiment, cfg: Config, unit=None) -> dict[str, Any]:
+        """Who computed an entry: ``{"git_revision", "git_dirty", "source_sha256"}`` from its
+        ``.json`` (Nones where the file is missing or older than this record)."""
+        try:
+            doc = json.loads(self.path(exp, cfg, unit).with_suffix(".json").read_text())
+            prov = doc.get("provenance") or {}
+        except (OSError, ValueError, AttributeError):
+            prov = {}
+        return {k: prov.get(k) for k in ("git_revision", "git_dirty", "source_sha256")}
+
     def save(self, exp: Experiment, cfg: Config, unit, results: Results) -> Path:
+        """Write an entry: the ``.npz`` and a ``.json`` of its key and provenance."""
         path = self.path(exp, cfg, unit)
-        key = json.dumps(exp.key_doc(cfg, unit), sort_keys=True, indent=1) + "\n"
-        atomic_write(path.with_suffix(".json"), key.encode())
+        doc = exp.key_doc(cfg, unit)
+        rev, dirty = _provenance.git_revision()
+        doc["provenance"] = {"git_revision": rev, "git_dirty": dirty,
+                             "source_sha256": doc["code"]["source_sha256"]}
+        atomic_write(path.with_suffix(".json"),
+                     (json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
         atomic_write(path, results_bytes(results))
         return path
 
@@ -718,8 +753,27 @@ def make_executor(jobs: int) -> Executor:
     # these variables when they import NumPy; a user's own setting wins.
     for var in _BLAS_THREAD_VARS:
         os.environ.setdefault(var, "1")
-    # spawn: the same behaviour on every platform, and safe with threads in the parent
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+    # spawn: the same behaviour on every platform, and safe with threads in the parent.
+    # Each worker watches its parent and exits when it dies (SIGTERM, SIGKILL, a crash): an
+    # idle worker would otherwise wait on its task queue for minutes.
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_exit_with_parent)
+
+
+def _exit_with_parent() -> None:
+    """Worker initializer: a daemon thread that ends this process when its parent is gone."""
+    import multiprocessing
+    import threading
+    from multiprocessing.connection import wait as wait_for
+
+    parent = multiprocessing.parent_process()
+    if parent is None:  # pragma: no cover - not a multiprocessing child
+        return
+
+    def watch():
+        wait_for([parent.sentinel])
+        os._exit(1)
+    threading.Thread(target=watch, name="ecosim-parent-watch", daemon=True).start()
 
 
 _BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -753,6 +807,14 @@ class Run:
     config: Config
     results: Results
     stats: RunStats
+    provenance: tuple[dict[str, Any], ...] = ()
+    """The distinct ``{"git_revision", "git_dirty", "source_sha256"}`` of the code that
+    computed the units (one entry when all units came from the same checkout)."""
+
+    @property
+    def mixed_provenance(self) -> bool:
+        """True when units were computed from different revisions or a dirty checkout."""
+        return len(self.provenance) > 1 or any(p.get("git_dirty") for p in self.provenance)
 
     def __getitem__(self, key: str) -> np.ndarray:
         return self.results[key]
@@ -829,8 +891,10 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                             f"got {type(cfg).__name__}")
         units = exp.unit_list(cfg)
         found = [cache.load(exp, cfg, u) for u in units]
+        prov = [cache.provenance(exp, cfg, u) if r is not None else None
+                for u, r in zip(units, found)]
         p = len(plans)
-        plans.append((exp, cfg, units, found, {"compute_s": 0.0}))
+        plans.append((exp, cfg, units, found, {"compute_s": 0.0, "provenance": prov}))
         todo += [(p, i) for i, r in enumerate(found) if r is None]
 
     bars = _bars(plans, todo, progress)
@@ -855,6 +919,7 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                     raise RuntimeError(f"experiment {exp.name!r}{unit} failed: {exc}") from exc
                 cache.save(exp, cfg, units[i], results)
                 found[i] = results
+                acc["provenance"][i] = cache.provenance(exp, cfg, units[i])
                 acc["compute_s"] += seconds
                 if bars.get(p) is not None:
                     bars[p].update(1)
@@ -875,7 +940,9 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
         n_new = computed.get(p, 0)
         stats = RunStats(units=len(units), cached=len(units) - n_new, computed=n_new,
                          compute_s=acc["compute_s"])
-        out.append(Run(experiment=exp, config=cfg, results=results, stats=stats))
+        distinct = {_canonical(d): d for d in acc["provenance"]}
+        out.append(Run(experiment=exp, config=cfg, results=results, stats=stats,
+                       provenance=tuple(distinct[k] for k in sorted(distinct))))
     return out
 
 

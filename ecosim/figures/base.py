@@ -15,8 +15,10 @@ figure ``NAME``, into the output directory:
 * ``NAME.md`` when the function also returns markdown (a generated table that the README
   quotes through ``ecosim readme``);
 * ``NAME.json``: caption, resolved configs with their cache digests, ecosim, NumPy,
-  matplotlib and ml_dtypes versions, and the git revision of the source (None outside a
-  git checkout).
+  matplotlib and ml_dtypes versions, the git revision of the source (None outside a git
+  checkout), and per experiment the provenance of the cached results it plots (revision, dirty
+  flag and source hash of the code that computed them); ``mixed_provenance`` is true when
+  those differ between units, or any was computed from a dirty checkout.
 
 Every file is written to a temporary name and moved into place, and left untouched (mtime
 included) when its bytes did not change.
@@ -29,11 +31,9 @@ import io
 import json
 import os
 import re
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ import numpy as np
 
 from .. import experiments as _exp
 from ..experiments.base import atomic_write
+from ..experiments.provenance import git_revision
 from . import style
 
 __all__ = ["FigureSpec", "BuildReport", "FigureReport", "figure", "figures", "get", "build",
@@ -155,27 +156,6 @@ def table_csv(table: Mapping[str, Any]) -> bytes:
 
 
 # -- provenance ---------------------------------------------------------------------------------
-
-@lru_cache(maxsize=1)
-def git_revision() -> tuple[str | None, bool | None]:
-    """``(commit, dirty)`` of the git checkout holding this package, or ``(None, None)``.
-
-    ``dirty``: files under ``ecosim/`` differ from that commit (or are untracked). Never
-    raises: no git, no checkout, or an installed (untracked) copy all give ``(None, None)``.
-    """
-    pkg = Path(__file__).resolve().parent.parent
-
-    def git(*args) -> str:
-        return subprocess.run(["git", "-C", str(pkg), *args], capture_output=True, text=True,
-                              check=True, timeout=10).stdout.strip()
-    try:
-        git("ls-files", "--error-unmatch", "__init__.py")  # is this copy tracked here?
-        rev = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--", "."))
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return None, None
-    return rev or None, dirty
-
 
 def _versions() -> dict[str, str | None]:
     import matplotlib
@@ -302,8 +282,11 @@ def _build_one(spec: FigureSpec, runs: Mapping[str, _exp.Run], out: Path,
             e: {"version": runs[e].experiment.version,
                 "digest": runs[e].experiment.digest(runs[e].config),
                 "units": runs[e].stats.units,
-                "config": runs[e].config.to_dict()}
+                "config": runs[e].config.to_dict(),
+                "code": runs[e].experiment.code(),
+                "computed_by": list(runs[e].provenance)}
             for e in spec.experiments},
+        "mixed_provenance": any(runs[e].mixed_provenance for e in spec.experiments),
         "files": sorted(blobs) + [f"{spec.name}.json"],
     }
     blobs[f"{spec.name}.json"] = (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode()
