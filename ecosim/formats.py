@@ -32,6 +32,8 @@ from functools import cached_property
 
 import numpy as np
 
+from ._checks import check_bool
+
 __all__ = ["Format", "custom", "get", "names", "encode", "decode", "pack", "unpack"]
 
 _NAN_KINDS = ("ieee", "fn", "fnuz", "none")
@@ -84,6 +86,8 @@ class Format:
     aliases: tuple[str, ...] = ()
 
     def __post_init__(self):
+        for flag in ("signed", "subnormals", "has_zero"):
+            object.__setattr__(self, flag, check_bool(getattr(self, flag), flag))
         if self.kind not in ("float", "int"):
             raise ValueError(f"kind must be 'float' or 'int', got {self.kind!r}")
         if self.ties not in _ROUNDING_TIES:

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._checks import check_bool
 from .formats import Format, get
 from .optim.base import QuantizedOptimizer, compensation_quantizer, state_quantizer
 from .quantizer import Quantizer
@@ -119,7 +120,8 @@ def n_scales(q: Quantizer, shape: tuple[int, ...]) -> int:
 def _scale_bytes(q: Quantizer, dtype: np.dtype) -> int:
     if q.scale == "absmax_pow2":
         return 1  # E8M0
-    return np.dtype(dtype).itemsize if np.dtype(dtype) in (np.float32, np.float64) else 4
+    dt = np.dtype(dtype).newbyteorder("=")  # ">f8" is float64 too
+    return dt.itemsize if dt in (np.float32, np.float64) else 4
 
 
 def _buffer_bytes(q: Quantizer | None, shape: tuple[int, ...], dtype) -> int:
@@ -181,6 +183,7 @@ def bytes_per_param(optimizer: str | QuantizedOptimizer = "adamw", scheme: str =
         >>> round(bytes_per_param("adamw", "eco", block=2048).total, 5)  # row-wise FP32 scales
         9.00195
     """
+    count_working_copy = check_bool(count_working_copy, "count_working_copy")
     if isinstance(optimizer, QuantizedOptimizer):
         opt = optimizer
         if isinstance(opt.weights, Mapping):
@@ -221,6 +224,7 @@ def static_bytes(opt: QuantizedOptimizer, shapes: Mapping[str, tuple] | tuple, *
     """
     if not isinstance(shapes, Mapping):
         shapes = {"": tuple(shapes)}
+    count_working_copy = check_bool(count_working_copy, "count_working_copy")
     tot = dict.fromkeys(_BUFFERS, 0)
     for name, shape in shapes.items():
         shape = tuple(shape)
@@ -277,6 +281,7 @@ def measured_bytes(opt: QuantizedOptimizer, params: Any, state: tuple, *,
             return None
         return tree if bare else tree.get(name)
 
+    count_working_copy = check_bool(count_working_copy, "count_working_copy")
     tot = dict.fromkeys(_BUFFERS, 0)
     for name, w in P.items():
         q = opt.weight_quantizer(name)
@@ -334,6 +339,7 @@ class ModelSpec:
         embeddings ``vocab d`` (and an untied head ``vocab d``) and a final norm ``d`` not.
         ``ffn_hidden`` defaults to ``8 d / 3`` rounded up to a multiple of 64.
         """
+        tied = check_bool(tied, "tied")
         ffn = ffn_hidden or 64 * math.ceil(8 * d_model / 3 / 64)
         q = n_layers * (4 * d_model**2 + 3 * d_model * ffn)
         other = n_layers * 2 * d_model + d_model + vocab * d_model * (1 if tied else 2)
@@ -346,6 +352,7 @@ class ModelSpec:
         """A mixture-of-experts transformer: every block has ``n_experts`` SwiGLU experts of
         width ``expert_hidden`` (+ ``shared_experts`` always active), ``top_k`` routed per
         token, and a router ``d * n_experts`` (kept in full precision)."""
+        tied = check_bool(tied, "tied")
         attn = 4 * d_model**2
         expert = 3 * d_model * expert_hidden
         q = n_layers * (attn + (n_experts + shared_experts) * expert)

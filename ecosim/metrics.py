@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._checks import check_bool
+
 __all__ = ["ErrorSimilarity", "error_similarity"]
 
 
@@ -94,6 +96,7 @@ def error_similarity(e_prev, e_next, *, per_tensor=False):
         >>> (r.cosine, r.norm_ratio, round(r.rel_diff ** 2, 12))
         (0.0, 2.0, 5.0)
     """
+    per_tensor = check_bool(per_tensor, "per_tensor")
     prev_is_map = isinstance(e_prev, Mapping)
     if prev_is_map != isinstance(e_next, Mapping):
         raise TypeError("e_prev and e_next must both be arrays or both be mappings")

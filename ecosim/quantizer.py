@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._checks import check_bool, native
 from .formats import Format, decode_bits, encode_bits, get, pack, unpack
 from .rounding import MODES, quantize
 
@@ -71,12 +72,19 @@ class Quantizer:
             ``2**(floor(log2 max|x|) - emax)`` (the top binade may clip); ``"ceil"``, the
             smallest power of two ``>= max|x| / rho`` (never clips); ``"even"``, the nearest
             power of two to ``max|x| / rho``, ties to the even exponent.
-        nbits, saturate: passed to :func:`ecosim.quantize`.
+        nbits, saturate: passed to :func:`ecosim.quantize` (``saturate`` must be a bool).
 
-    Edge cases: a block of zeros gets ``s = 1`` (codes 0, decoded exactly 0); data-dependent
+    Edge cases: a block of zeros gets ``s = 1`` (codes 0, decoded exactly 0). A nonzero block
+    whose ``"absmax"`` or ``"absmean"`` scale would fall below the smallest normal number
+    ``tiny`` of the scale's dtype (``2**-126`` in float32, ``2**-1022`` in float64: a block of
+    absmax below ``rho * tiny``) gets ``s = tiny``: dividing by it and multiplying by it are exact
+    power-of-two scalings, the block's values lie below ``rho`` on the grid's scale (no
+    clipping), and the output is finite and as exact as the grid allows (a scale that underflowed
+    to 0 gave NaN; a subnormal one lost precision and could overflow the grid). Data-dependent
     scales refuse NaN/inf input with a ValueError (a scale from them is meaningless), while a
     fixed scale lets :func:`ecosim.quantize`'s rules apply (inf saturates, NaN propagates).
-    The input is never modified. Dequantized values are ``s * code`` rounded once in the input's
+    Input arrays may have either byte order (results are native). The input is never
+    modified. Dequantized values are ``s * code`` rounded once in the input's
     float type.
 
     Example:
@@ -114,6 +122,7 @@ class Quantizer:
             raise ValueError(f"a fixed scale must be a positive finite float, got {s!r}")
         if self.pow2 not in POW2_RULES:
             raise ValueError(f"pow2 must be one of {POW2_RULES}, got {self.pow2!r}")
+        object.__setattr__(self, "saturate", check_bool(self.saturate, "saturate"))
 
     # -- blocks and scales --------------------------------------------------------------------
     @property
@@ -160,12 +169,17 @@ class Quantizer:
             raise ValueError(f"input has {int(bad.sum())} non-finite values; a data-dependent "
                              "scale is undefined (check gradients/updates for inf/NaN)")
         a = np.abs(xb.astype(dt, copy=False))
+        tiny = np.finfo(dt).tiny
         if self.scale == "absmean":
             s = a.mean(axis=axes, keepdims=True, dtype=np.float64).astype(dt)
-            zero = s == 0
+            zero = a.max(axis=axes, keepdims=True, initial=0.0) == 0
+            s = np.maximum(s, tiny)  # an underflowing scale: the smallest normal
         else:
             amax = a.max(axis=axes, keepdims=True, initial=0.0)
-            s = amax / dt.type(self.rho) if self.scale == "absmax" else self._pow2(amax)
+            if self.scale == "absmax":
+                s = np.maximum(amax / dt.type(self.rho), tiny)  # never 0 nor subnormal
+            else:
+                s = self._pow2(amax)
             zero = amax == 0
         return np.where(zero, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
 
@@ -253,11 +267,12 @@ class Quantizer:
             from .formats import decode
 
             vals = decode(enc.codes, fmt, dtype=np.float64)
-        work = enc.dtype if enc.dtype in (np.float32, np.float64) else np.dtype(np.float32)
+        dtype = np.dtype(enc.dtype).newbyteorder("=")
+        work = dtype if dtype in (np.float32, np.float64) else np.dtype(np.float32)
         s = np.asarray(enc.scales).astype(work)
         blocked_shape = self._blocked(np.empty(enc.shape, np.bool_))[0].shape
         c = vals.reshape(blocked_shape).astype(work)
-        return _dequantize(c, s, enc.dtype).reshape(enc.shape)
+        return _dequantize(c, s, dtype).reshape(enc.shape)
 
 
 def _dequantize(codes: np.ndarray, s: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -275,7 +290,11 @@ def _dequantize(codes: np.ndarray, s: np.ndarray, dtype: np.dtype) -> np.ndarray
 
 
 def _check_float(x) -> np.ndarray:
+    """``x`` as a float array in native byte order (a copy only when byte-swapped)."""
+    if isinstance(x, (list, tuple)) and any(isinstance(v, np.ndarray) for v in x):
+        raise TypeError("expected one floating-point array, got a "
+                        f"{type(x).__name__} of arrays: quantize each array separately")
     x = np.asarray(x)
     if x.dtype.kind != "f" and x.dtype.name != "bfloat16":
         raise TypeError(f"expected a floating-point array, got dtype {x.dtype}")
-    return x
+    return native(x)

@@ -24,6 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import rng
+from ._checks import check_bool, native
 from .formats import Format, get
 
 __all__ = ["quantize", "MODES"]
@@ -114,7 +115,9 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
     """Round ``x`` onto the grid of ``fmt``.
 
     Args:
-        x: float16, bfloat16, float32 or float64 array (Python floats become float64).
+        x: float16, bfloat16, float32 or float64 array (Python floats become float64), in
+            either byte order (a byte-swapped array is read as its values; the result is in the
+            machine's byte order).
         fmt: a :class:`~ecosim.formats.Format` or a name (``"e4m3"``, ``"bf16"``, ``"int4"``).
         mode: ``"rtn"``, round to nearest, ties to the neighbour with an even code (ties away
             from zero for formats that say so: E8M0), computed from the exact input value; or
@@ -127,13 +130,13 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
         nbits: how many low bits of each random word SR uses (1..32).
         key: instead of ``rbits``: an int, or ``(key, counter)``; element ``i`` (C order) uses
             the bits of counter ``counter + i`` from :mod:`ecosim.rng`.
-        saturate: True (the training default): finite values and infinities beyond the range
+        saturate: a bool. True (the training default): finite values and infinities beyond the range
             clamp to +-max; NaN stays NaN (NaN is on no grid: it propagates). False: the
             format's own rules, exactly as an ``ml_dtypes`` cast gives them for float32 input
             (overflow to inf or NaN, or to +-max for FP6/FP4, which also map NaN to a zero).
 
     Returns:
-        An array of ``x``'s dtype and shape whose values lie on the grid. Signed zeros keep
+        An array of ``x``'s dtype (native byte order) and shape whose values lie on the grid. Signed zeros keep
         their sign where the format has -0 (not fnuz formats, not integer grids). Integer
         formats require ``saturate=True``; an unsigned E8M0 maps zero and negatives to NaN and
         values below its smallest value to that value (as ``ml_dtypes``).
@@ -146,10 +149,12 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
     fmt = get(fmt)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    saturate = check_bool(saturate, "saturate")
     arr = np.asarray(x)
     if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
         raise TypeError(f"expected a floating-point array (float16, bfloat16, float32 or "
                         f"float64), got dtype {arr.dtype}")
+    arr = native(arr)  # dtype dispatch compares dtypes, and ">f4" != float32
     out_dtype = arr.dtype
     out_src = _src_for(out_dtype)
     if not _representable(fmt, out_src):
@@ -161,7 +166,7 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
     sr = mode == "sr"
     if not isinstance(nbits, int) or isinstance(nbits, bool) or not 1 <= nbits <= 32:
         raise ValueError(f"nbits must be an int in 1..32, got {nbits!r}")
-    plan = _plan(fmt, work, sr, nbits if sr else 32, bool(saturate))
+    plan = _plan(fmt, work, sr, nbits if sr else 32, saturate)
     xw = np.ascontiguousarray(arr, dtype=work).reshape(-1)
     bits_src = None
     if sr:
@@ -178,7 +183,7 @@ def _random_source(shape, rbits, key):
     if (rbits is None) == (key is None):
         raise ValueError("mode='sr' needs exactly one of rbits= (random bits) or key=")
     if rbits is not None:
-        rb = np.asarray(rbits)
+        rb = native(np.asarray(rbits))
         if rb.dtype.kind not in "ui":
             raise TypeError(f"rbits must be an integer array of non-negative random words, "
                             f"got dtype {rb.dtype}")

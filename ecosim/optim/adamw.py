@@ -39,6 +39,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from .._checks import check_bool
 from ..quantizer import Quantizer
 from .base import (
     QuantizedOptimizer,
@@ -111,7 +112,9 @@ class AdamW(QuantizedOptimizer):
         if wd < 0:
             raise ValueError(f"weight_decay must be >= 0, got {wd!r}")
         set_(self, "weight_decay", wd)
-        set_(self, "wd_corrected_injection", bool(self.wd_corrected_injection))
+        set_(self, "wd_corrected_injection",
+             check_bool(self.wd_corrected_injection, "wd_corrected_injection"))
+        set_(self, "prev_scale", check_bool(self.prev_scale, "prev_scale"))
         set_(self, "states", _resolve_states(self.states, ("m", "v"), self.scheme))
 
     def _init_param(self, name, p, w, q, ctx) -> dict:

@@ -68,6 +68,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import rng
+from .._checks import check_bool, native
 from ..formats import Format, get
 from ..quantizer import Quantizer
 from ..rounding import quantize
@@ -240,12 +241,19 @@ def _make_schedule(lr: Any, scheme: str) -> Callable[[int], float]:
 # -- trees ------------------------------------------------------------------------------------
 
 def _as_dict(tree: Any, what: str) -> tuple[dict[str, Any], bool]:
-    """A dict of named arrays and whether the tree was one bare array (named "")."""
+    """A dict of named arrays and whether the tree was one bare array (named "").
+
+    A list or tuple is refused (TypeError): several parameters are passed as a dict of named
+    arrays, and NumPy would silently stack a list of same-shaped arrays into one.
+    """
     if isinstance(tree, Mapping):
         for k in tree:
             if not isinstance(k, str):
                 raise TypeError(f"{what} keys must be str parameter names, got {k!r}")
         return dict(tree), False
+    if isinstance(tree, (list, tuple)):
+        raise TypeError(f"{what} must be one float array or a dict of named arrays "
+                        f"(e.g. {{'w0': array, 'w1': array}}), got a {type(tree).__name__}")
     return {"": tree}, True
 
 
@@ -258,6 +266,11 @@ def _from_dict(d: dict[str, Any] | None, bare: bool) -> Any:
 def _entry(tree: Any, name: str, bare: bool) -> Any:
     if tree is None:
         return None
+    if isinstance(tree, Mapping) == bare:
+        built, given = (("a dict of params", "one bare array") if bare
+                        else ("one bare array", "a dict"))
+        raise ValueError(f"state was built for {built} but params here are {given}: pass "
+                         "params with the structure given to init")
     if bare:
         return tree
     return tree.get(name)
@@ -460,7 +473,8 @@ class QuantizedOptimizer:
         """Quantize the given weights and build the initial state.
 
         Args:
-            params: one float32/float64 array or a dict of them (not modified).
+            params: one float32/float64 array or a dict of them (not modified; any byte
+                order, the stored weights and buffers are native). A list is refused.
             key: non-negative int; the root of every SR draw of the run.
 
         Returns:
@@ -476,7 +490,7 @@ class QuantizedOptimizer:
         out_p: dict[str, np.ndarray] = {}
         bufs: dict[str, dict[str, np.ndarray]] = {b: {} for b in self.buffers}
         for name, p in P.items():
-            p = np.array(p, copy=True)
+            p = native(np.asarray(p), copy=True)
             if p.dtype not in _FLOATS:
                 raise TypeError(f"parameter {name!r} must be float32 or float64, got {p.dtype}")
             bad = p.size - int(np.count_nonzero(np.isfinite(p)))
@@ -530,6 +544,7 @@ class QuantizedOptimizer:
         """
         if not isinstance(state, self.State):
             raise TypeError(f"state must be a {self.State.__name__}, got {type(state).__name__}")
+        diagnostics = check_bool(diagnostics, "diagnostics")
         P, bare = _as_dict(params, "params")
         G, gbare = _as_dict(grads, "grads")
         if gbare != bare or set(G) != set(P):
@@ -545,7 +560,7 @@ class QuantizedOptimizer:
         out_p: dict[str, np.ndarray] = {}
         bufs: dict[str, dict[str, np.ndarray]] = {b: {} for b in self.buffers}
         for name, w in P.items():
-            w = np.asarray(w)
+            w = native(np.asarray(w))
             b = {k: _entry(getattr(state, k), name, bare)
                  for k in self.state_buffers(name, w.shape)}
             missing = [k for k, v in b.items() if v is None]
@@ -609,8 +624,8 @@ def _apply(q: Quantizer, x: np.ndarray, key: int | None) -> np.ndarray:
 
 
 def _check_grad(name: str, w: np.ndarray, g: Any, t: int) -> np.ndarray:
-    g = np.asarray(g)
-    w = np.asarray(w)
+    g = native(np.asarray(g))
+    w = native(np.asarray(w))
     if g.shape != w.shape:
         raise ValueError(f"gradient of parameter {name!r} has shape {g.shape}, the parameter "
                          f"{w.shape}")

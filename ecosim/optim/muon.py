@@ -61,6 +61,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from .._checks import check_bool
 from ..quantizer import Quantizer
 from .adamw import AdamW
 from .base import (
@@ -175,7 +176,8 @@ class Muon(QuantizedOptimizer):
             set_(self, "init_weights", _resolve_weights(self.init_weights, self.scheme))
         set_(self, "lr", _make_schedule(self.lr, self.scheme))
         set_(self, "beta", _check_beta(self.beta, "beta", self.scheme))
-        set_(self, "nesterov", bool(self.nesterov))
+        set_(self, "nesterov", check_bool(self.nesterov, "nesterov"))
+        set_(self, "prev_scale", check_bool(self.prev_scale, "prev_scale"))
         if isinstance(self.ns_steps, bool) or not isinstance(self.ns_steps, int) \
                 or self.ns_steps < 0:
             raise ValueError(f"ns_steps must be an int >= 0, got {self.ns_steps!r}")

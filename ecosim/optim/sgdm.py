@@ -64,6 +64,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from .._checks import check_bool
 from ..quantizer import Quantizer
 from .base import (
     QuantizedOptimizer,
@@ -133,8 +134,9 @@ class SGDM(QuantizedOptimizer):
         if wd < 0:
             raise ValueError(f"weight_decay must be >= 0, got {wd!r}")
         set_(self, "weight_decay", wd)
-        set_(self, "nesterov", bool(self.nesterov))
-        set_(self, "heavy_ball", bool(self.heavy_ball))
+        set_(self, "nesterov", check_bool(self.nesterov, "nesterov"))
+        set_(self, "heavy_ball", check_bool(self.heavy_ball, "heavy_ball"))
+        set_(self, "prev_scale", check_bool(self.prev_scale, "prev_scale"))
         set_(self, "states", _resolve_states(self.states, ("m",), self.scheme))
 
     # -- coefficients ------------------------------------------------------------------------

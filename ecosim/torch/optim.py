@@ -94,6 +94,7 @@ from collections.abc import Mapping
 import torch
 
 from .. import rng
+from .._checks import check_bool
 from ..optim.base import _resolve_states as _np_resolve_states
 from ..optim.base import _weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer
@@ -714,7 +715,8 @@ class ECOSGD(_ECOBase):
                              f"scheme {scheme!r}, got {momentum!r}")
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
-        self.nesterov, self.heavy_ball = bool(nesterov), bool(heavy_ball)
+        self.nesterov = check_bool(nesterov, "nesterov")
+        self.heavy_ball = check_bool(heavy_ball, "heavy_ball")
         super().__init__(params, dict(lr=lr, momentum=float(momentum),
                                       weight_decay=float(weight_decay), next_lr=None),
                          scheme, weights, key, states)
@@ -845,8 +847,9 @@ class ECOAdamW(_ECOBase):
             raise ValueError(f"eps must be > 0, got {eps!r}")
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
-        self.wd_corrected_injection = bool(wd_corrected_injection)
-        self._math = _AdamMath(bool(compile))
+        self.wd_corrected_injection = check_bool(wd_corrected_injection,
+                                                 "wd_corrected_injection")
+        self._math = _AdamMath(check_bool(compile, "compile"))
         super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=float(eps),
                                       weight_decay=float(weight_decay)), scheme, weights, key,
                          states)

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from .. import quantizer as _np_quantizer
+from .._checks import native
 from ..formats import Format, get
 from ..rounding import _F32, _F64
 from .rng import chunk_size
@@ -118,6 +119,7 @@ class Quantizer:
         twin = _np_quantizer.Quantizer(self.fmt, self.mode, self.granularity, self.scale,
                                        self.pow2, self.nbits, self.saturate)
         object.__setattr__(self, "fmt", twin.fmt)
+        object.__setattr__(self, "saturate", twin.saturate)
 
     @property
     def fixed(self) -> bool:
@@ -154,23 +156,26 @@ class Quantizer:
         if self.fixed:
             return torch.full((1,) * xb.ndim, self.scale, dtype=dt, device=xb.device)
         a = xb.to(dt).abs()
+        if a.numel() == 0:
+            amax = a.new_zeros(self._scale_shape(xb, axes))
+        elif axes:
+            amax = a.amax(dim=axes, keepdim=True)
+        else:
+            amax = a
+        one = torch.ones((), dtype=dt, device=xb.device)
+        # As NumPy: a nonzero block's absmax/absmean scale is at least the smallest normal.
+        tiny = torch.full((), torch.finfo(dt).tiny, dtype=dt, device=xb.device)
         if self.scale == "absmean":
             s = _numpy_mean(a, axes).to(dt)
             _check_finite(s, xb)  # a mean propagates inf and NaN
+            s = torch.maximum(s, tiny)
         else:
-            if a.numel() == 0:
-                amax = a.new_zeros(self._scale_shape(xb, axes))
-            elif axes:
-                amax = a.amax(dim=axes, keepdim=True)
-            else:
-                amax = a
             _check_finite(amax, xb)  # amax propagates NaN (and inf): one check per block
             if self.scale == "absmax":
-                s = _div(amax, self.rho)  # rho rounded to dt, as NumPy's
+                s = torch.maximum(_div(amax, self.rho), tiny)  # rho rounded to dt, as NumPy's
             else:
                 s = self._pow2(amax)
-            return torch.where(amax == 0, torch.ones((), dtype=dt, device=s.device), s)
-        return torch.where(s > 0, s, torch.ones((), dtype=dt, device=s.device))
+        return torch.where(amax == 0, one, s)  # a block of zeros: s = 1
 
     def _pow2(self, amax: torch.Tensor) -> torch.Tensor:
         """Power-of-two scales from exponent bits (NumPy: frexp/ldexp), clamped to E8M0's range."""
@@ -209,7 +214,7 @@ class Quantizer:
         rb = None
         if rbits is not None:
             rb = rbits if isinstance(rbits, torch.Tensor) else torch.from_numpy(
-                np.ascontiguousarray(rbits))
+                np.ascontiguousarray(native(np.asarray(rbits))))
             rb = rb.reshape(xb.shape)
         if self.mode == "sr":
             c = quantize(y, self.fmt, "sr", rbits=rb, key=key, nbits=self.nbits,

@@ -27,6 +27,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from .._checks import check_bool, native
 from ..formats import Format, get
 from ..rounding import MODES, _plan, _Plan, _representable, _src_for
 from . import rng as trng
@@ -80,6 +81,7 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
     fmt = get(fmt)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    saturate = check_bool(saturate, "saturate")
     x = _as_tensor(x)
     if x.dtype not in _NP_DTYPE:
         raise TypeError(f"expected a floating-point tensor (float16, bfloat16, float32 or "
@@ -93,7 +95,7 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
     if not isinstance(nbits, int) or isinstance(nbits, bool) or not 1 <= nbits <= 32:
         raise ValueError(f"nbits must be an int in 1..32, got {nbits!r}")
     work = np.dtype(np.float64) if x.dtype == torch.float64 else np.dtype(np.float32)
-    plan = _plan(fmt, work, sr, nbits if sr else 32, bool(saturate))
+    plan = _plan(fmt, work, sr, nbits if sr else 32, saturate)
     bits_src = None
     if sr:
         bits_src = _random_source(x, rbits, key)
@@ -106,9 +108,14 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
 
 
 def _as_tensor(x) -> torch.Tensor:
+    """``x`` as a tensor; a NumPy array of either byte order is copied in native order."""
     if isinstance(x, torch.Tensor):
         return x
-    arr = np.asarray(x)
+    if isinstance(x, (list, tuple)) and any(isinstance(v, (np.ndarray, torch.Tensor))
+                                            for v in x):
+        raise TypeError(f"expected one floating-point tensor, got a {type(x).__name__} of "
+                        "arrays/tensors: quantize each one separately")
+    arr = native(np.asarray(x))  # torch.from_numpy refuses a byte-swapped array
     if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
         raise TypeError(f"expected a floating-point tensor, got {type(x).__name__} of dtype "
                         f"{arr.dtype}")
@@ -123,7 +130,7 @@ def _random_source(x: torch.Tensor, rbits, key):
     if rbits is not None:
         rb = rbits
         if not isinstance(rb, torch.Tensor):
-            arr = np.asarray(rb)
+            arr = native(np.asarray(rb))
             if arr.dtype.kind not in "ui":
                 raise TypeError(f"rbits must be an integer array of non-negative random words, "
                                 f"got dtype {arr.dtype}")
