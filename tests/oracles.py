@@ -73,6 +73,7 @@ class Defect:
 
     name: str
     package: str
+    kind: str  # "double_rounding", "e8m0_window" or "saturating_cast"
     summary: str
     measured: tuple[str, ...]
     fixed_in: str | None
@@ -93,29 +94,43 @@ class Defect:
         return any(self._probe_one(cast, formats.get(n)) for n in self.formats)
 
     def _probe_one(self, cast, fmt) -> bool:
-        if self.name == "float64_double_rounding":
+        if self.kind == "double_rounding":
             x = _midpoint_neighbours(fmt)
             return bool((cast(x, fmt.dtype) != round_reference(x, fmt, saturate=False)).any())
-        if self.name == "e8m0_subnormal_window":
+        if self.kind == "e8m0_window":
             x = np.array([1.25 * E8M0_LOW], np.float32)
             return bool(cast(x, fmt.dtype)[0] == 2 * E8M0_LOW)
-        raise ValueError(f"no probe for defect {self.name!r}")
+        if self.kind == "saturating_cast":
+            x = np.array([fmt.max * 4], np.float32)
+            return bool(cast(x, fmt.dtype)[0] == fmt.max)
+        raise ValueError(f"no probe for defect kind {self.kind!r}")
 
 
 ML_DTYPES_FLOATS = tuple(n for n in formats.names()
                          if formats.get(n).is_float and n != "float16")
+# Formats with a torch dtype whose cast rounds to nearest (torch's E8M0 cast follows other rules:
+# zero goes to 2**-127 and overflow saturates).
+TORCH_FLOATS = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "bfloat16")
 
-# Measured with the same numpy (2.4.6) on ml_dtypes 0.5.4, 0.6.0 and 0.7.0: every code, every
-# midpoint and one float32 ulp either side, overflow and the float32 subnormal range.
+# Measured with the same numpy (2.4.6) on ml_dtypes 0.5.4, 0.6.0 and 0.7.0 and on torch 2.13.0
+# (CPU): every code, every midpoint and one float32 ulp either side, overflow and the float32
+# subnormal range.
 DEFECTS = (
-    Defect("float64_double_rounding", "ml_dtypes",
+    Defect("float64_double_rounding", "ml_dtypes", "double_rounding",
            "float64 inputs are cast to float32 first, then rounded again (double rounding)",
            measured=("0.5.4", "0.6.0"), fixed_in="0.7.0",
            formats=ML_DTYPES_FLOATS, input_dtype=np.float64),
-    Defect("e8m0_subnormal_window", "ml_dtypes",
+    Defect("e8m0_subnormal_window", "ml_dtypes", "e8m0_window",
            "float8_e8m0fnu sends float32 inputs in (2**-127, 1.5 * 2**-127) to 2**-126",
            measured=("0.5.4", "0.6.0"), fixed_in="0.7.0",
            formats=("float8_e8m0fnu",), input_dtype=np.float32),
+    Defect("torch_float64_double_rounding", "torch", "double_rounding",
+           "Tensor.to(fp8 or bfloat16) casts float64 to float32 first (double rounding)",
+           measured=("2.13.0",), fixed_in=None, formats=TORCH_FLOATS, input_dtype=np.float64),
+    Defect("torch_e4m3fn_saturates", "torch", "saturating_cast",
+           "Tensor.to(float8_e4m3fn) saturates overflow and inf to +-448 (ecosim: NaN, as the "
+           "format's own rule)", measured=("2.13.0",), fixed_in=None,
+           formats=("float8_e4m3fn",), input_dtype=np.float32),
 )
 
 
@@ -140,21 +155,35 @@ def classify(defect: Defect, version: tuple[int, ...], cast) -> bool:
     return seen
 
 
+def torch_cast(x: np.ndarray, dtype) -> np.ndarray:
+    """The torch oracle: ``Tensor.to`` the torch dtype named like ``dtype`` and back."""
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(x)).to(getattr(torch, np.dtype(dtype).name))
+    return t.to(torch.float64).numpy().astype(x.dtype)
+
+
 def active(package: str = "ml_dtypes") -> frozenset[str]:
-    """Names of the defects of the installed ``package`` (uses the module's ``ml_cast``, so a
-    test may replace it to emulate a release)."""
+    """Names of the defects of the installed ``package`` ("ml_dtypes" or "torch"); uses the
+    module's ``ml_cast`` or ``torch_cast``, so a test may replace them to emulate a release."""
+    casts = {"ml_dtypes": "ml_cast", "torch": "torch_cast"}
+    if package not in casts:
+        raise ValueError(f"expected one of {sorted(casts)}, got {package!r}")
+    cast = globals()[casts[package]]
     version = installed(package)
     return frozenset(d.name for d in DEFECTS
-                     if d.package == package and classify(d, version, ml_cast))
+                     if d.package == package and classify(d, version, cast))
 
 
-def ml_dtypes_deviation(x: np.ndarray, fmt, defects) -> tuple[np.ndarray, np.ndarray]:
-    """Where the ``defects`` (names) make the ml_dtypes cast of ``x`` differ from the exact
-    rounding, and what the cast returns there: ``(mask, values)`` (values valid under mask).
+def deviation(x: np.ndarray, fmt, defects) -> tuple[np.ndarray, np.ndarray]:
+    """Where the ``defects`` (names) make an oracle's cast of ``x`` differ from the exact
+    rounding without saturation, and what the cast returns there: ``(mask, values)`` (values
+    valid under mask).
 
     ``x`` is float32 or float64; inputs that are not finite, or not finite in float32, are
     never in the mask."""
     fmt = formats.get(fmt)
+    kinds = {get(n).kind for n in defects if fmt.name in get(n).formats}
     x = np.asarray(x)
     with np.errstate(over="ignore"):
         x32 = x.astype(np.float32)
@@ -164,10 +193,10 @@ def ml_dtypes_deviation(x: np.ndarray, fmt, defects) -> tuple[np.ndarray, np.nda
     xs = np.where(ok, x, 1.0).astype(np.float64)
     exact = round_reference(xs, fmt, saturate=False)
     seen_in = xs  # the value the oracle rounds
-    if x.dtype == np.float64 and "float64_double_rounding" in defects:
+    if x.dtype == np.float64 and "double_rounding" in kinds:
         seen_in = np.where(ok, x32, 1.0).astype(np.float64)
-    values = round_reference(seen_in, fmt, saturate=False)
-    if fmt.name == "float8_e8m0fnu" and "e8m0_subnormal_window" in defects:
+    values = round_reference(seen_in, fmt, saturate="saturating_cast" in kinds)
+    if "e8m0_window" in kinds:
         window = (seen_in > E8M0_LOW) & (seen_in < 1.5 * E8M0_LOW)
         values = np.where(window, 2 * E8M0_LOW, values)
     mask = ok & ~((values == exact) | (np.isnan(values) & np.isnan(exact)))
@@ -187,9 +216,26 @@ def compare_with_ml_dtypes(x: np.ndarray, fmt, defects) -> int:
     fmt = formats.get(fmt)
     ours = quantize(x, fmt, "rtn", saturate=False)
     theirs = ml_cast(x, fmt.dtype)
-    bites, model = ml_dtypes_deviation(x, fmt, defects)
+    bites, model = deviation(x, fmt, defects)
     assert_array_equal(theirs[bites], model[bites])
     exact = round_reference(x[bites].astype(np.float64), fmt, saturate=False)
     assert_array_equal(ours[bites], exact.astype(x.dtype))
     assert_array_equal(bits_of(ours[~bites]), bits_of(theirs[~bites]))
+    return int(bites.sum())
+
+
+def compare_with_torch(x: np.ndarray, fmt, defects) -> int:
+    """As :func:`compare_with_ml_dtypes` for torch's ``Tensor.to`` cast, comparing values (NaN
+    equal to NaN) and the signs of non-NaN values rather than bits. Returns how many inputs
+    the defects bit."""
+    fmt = formats.get(fmt)
+    ours = quantize(x, fmt, "rtn", saturate=False)
+    theirs = torch_cast(x, fmt.dtype)
+    bites, model = deviation(x, fmt, defects)
+    assert_array_equal(theirs[bites], model[bites])
+    exact = round_reference(x[bites].astype(np.float64), fmt, saturate=False)
+    assert_array_equal(ours[bites], exact.astype(x.dtype))
+    assert_array_equal(ours[~bites], theirs[~bites])
+    num = ~bites & ~np.isnan(ours)
+    assert_array_equal(np.signbit(ours[num]), np.signbit(theirs[num]))
     return int(bites.sum())

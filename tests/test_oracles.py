@@ -110,3 +110,32 @@ def test_version_strings_and_names():
     with pytest.raises(ValueError, match="expected one of"):
         oracles.get("nonexistent")
     assert oracles.get("e8m0_subnormal_window").fixed_in == "0.7.0"
+
+
+def torch_inputs(fmt, dtype):
+    """Every value and midpoint, one ulp either side of each midpoint, past the top; for
+    float64 also the inputs that float32 rounds onto a midpoint."""
+    v = fmt.values()
+    mids = (v[1:] + v[:-1]) / 2
+    step = v[-1] - v[-2]
+    pts = np.concatenate([v, mids, [fmt.max + step / 2, fmt.max + step, fmt.max * 4]])
+    pts = np.concatenate([pts, -pts])
+    pts = pts[np.abs(pts) <= np.finfo(dtype).max].astype(dtype)
+    x = [pts, np.nextafter(pts, dtype(np.inf)), np.nextafter(pts, dtype(-np.inf))]
+    if dtype == np.float64:
+        x.append(near_midpoints(fmt))
+    return np.concatenate(x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", oracles.TORCH_FLOATS)
+def test_torch_casts_equal_ecosim_where_torch_is_right(name, dtype):
+    """torch's Tensor.to equals ecosim's RTN, except where the installed release's known
+    defects bite (float64 cast through float32; E4M3FN's cast saturates)."""
+    pytest.importorskip("torch")
+    defects = oracles.active("torch")
+    fmt = formats.get(name)
+    bit = oracles.compare_with_torch(torch_inputs(fmt, dtype), fmt, defects)
+    bites = ((dtype == np.float64 and "torch_float64_double_rounding" in defects)
+             or (name == "float8_e4m3fn" and "torch_e4m3fn_saturates" in defects))
+    assert (bit > 0) == bites

@@ -14,6 +14,7 @@ import ecosim  # noqa: E402
 import ecosim.torch as et  # noqa: E402
 from ecosim import formats  # noqa: E402
 from rounding_probes import F32_SPECIALS, probe_points  # noqa: E402
+import oracles  # noqa: E402  (which oracle release has which defect)
 
 pytestmark = pytest.mark.torch
 
@@ -249,10 +250,15 @@ def test_input_and_bits_are_not_modified():
 
 
 def test_torch_float8_casts_are_not_the_rounding_but_exact_on_the_grid():
-    """torch's own E4M3 cast saturates overflow (ml_dtypes and ecosim give NaN), so ecosim
-    never rounds with it; casting values already on the grid is exact."""
+    """torch's own casts are not ecosim's rounding (tests/oracles.py: torch 2.13's E4M3 cast
+    saturates overflow where ml_dtypes and ecosim give NaN, and its float64 casts go through
+    float32), so ecosim never rounds with them; casting values already on the grid is exact."""
     x = torch.tensor([480.0, 1e9, float("inf")])  # 480 rounds up to the NaN code
-    assert torch.equal(x.to(torch.float8_e4m3fn).float(), torch.full((3,), 448.0))
+    cast = x.to(torch.float8_e4m3fn).float()
+    if "torch_e4m3fn_saturates" in oracles.active("torch"):
+        assert torch.equal(cast, torch.full((3,), 448.0))
+    else:
+        assert torch.isnan(cast).all()
     assert torch.isnan(et.quantize(x, "e4m3", saturate=False)).all()
     v = to_torch(formats.get("e4m3").values().astype(np.float32))
     q = et.quantize(torch.cat([v, -v]), "e4m3")
