@@ -1,7 +1,7 @@
 """The version-aware oracle logic of tests/oracles.py, run against emulated ml_dtypes releases:
 a fixed one (the exact rounding) and defective ones (float64 cast through float32 first; the
 E8M0 window). Each is classified as the table says, and ecosim equals the exact reference under
-all of them."""
+all of them. Then torch's casts, compared with ecosim through the same table."""
 
 import numpy as np
 import pytest
