@@ -106,6 +106,11 @@ class _Codec:
         self.plain = q.fixed and q.scale == 1.0  # NumPy's _apply shortcut: quantize directly
         self.cast = self.plain and self.typed in (torch.bfloat16, torch.float16)
         self.scales_typed = _E8M0 if (q.scale == "absmax_pow2" and _E8M0 is not None) else None
+        # The CPU decode tables of one-byte codes, built here, eagerly: nothing is cached
+        # while a forward runs, so torch.compile traces no writes to shared state.
+        self.luts = ({dt: decode_bits(torch.arange(256), fmt, dt)
+                      for dt in (torch.float32, torch.float64)}
+                     if self.fast and self.typed.itemsize == 1 else {})
 
     def encode(self, x: torch.Tensor, key):
         q = self.q
@@ -129,10 +134,10 @@ class _Codec:
         if self.cast:
             return codes.to(dtype)
         if self.fast and scales.dtype == dtype:
-            if codes.element_size() == 1 and codes.device.type == "cpu":
+            lut = self.luts.get(dtype)
+            if lut is not None and codes.element_size() == 1 and codes.device.type == "cpu":
                 # torch's CPU float8 -> float32 cast is scalar code (~5x slower than this
                 # gather from the 256 values, which are ecosim's decode_bits, exact).
-                lut = _lut(self.q.fmt, dtype, codes.device)
                 idx = codes.view(torch.uint8).reshape(-1).to(torch.int32)
                 c = lut.index_select(0, idx).reshape(codes.shape)
             else:
@@ -148,17 +153,6 @@ class _Codec:
             return z, z.to(self.typed), None
         rtn = _Codec(dataclasses.replace(self.q, mode="rtn"))
         return rtn.encode(z, None)
-
-
-_LUTS: dict = {}
-
-
-def _lut(fmt, dtype, device) -> torch.Tensor:
-    """The values of the 256 one-byte codes of ``fmt`` as ``dtype`` (cached per device)."""
-    k = (fmt.name, dtype, str(device))
-    if k not in _LUTS:
-        _LUTS[k] = decode_bits(torch.arange(256, device=device), fmt, dtype)
-    return _LUTS[k]
 
 
 def _raw(t: torch.Tensor) -> torch.Tensor:
@@ -244,7 +238,8 @@ class _StoredLinear(torch.autograd.Function):
             b = bias.to(cdt) if bias is not None else None
             y = F.linear(xc, w, b)
         ctx.layer, ctx.cdt, ctx.x_dtype = layer, cdt, x.dtype
-        ctx.save_for_backward(xc, layer.codes, layer.scales)
+        # x itself when no cast happened: torch.compile refuses saving an alias of an input
+        ctx.save_for_backward(x if xc.dtype == x.dtype else xc, layer.codes, layer.scales)
         return y
 
     @staticmethod
