@@ -11,7 +11,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["native", "check_bool"]
+__all__ = ["native", "check_bool", "NonFiniteGradient"]
+
+
+class NonFiniteGradient(ValueError):
+    """A gradient holds NaN or inf: the optimizer refuses to write it into the weights.
+
+    A :class:`ValueError`, so code that catches bad input keeps working;
+    :func:`ecosim.train.train` catches this class (and only it) to record a divergence.
+    """
 
 
 def native(arr: np.ndarray, *, copy: bool = False) -> np.ndarray:

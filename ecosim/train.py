@@ -4,8 +4,14 @@
 :mod:`ecosim.problems` and returns a :class:`History`: losses, validation loss, distance to the
 optimum, gradient norms, and the per-step quantization-error metrics that the ECO theory is
 about (the mean squared error of the weight write, and the similarity of consecutive errors,
-docs/theory.md §5.8). Sweeps over seeds and configurations are experiments
-(:mod:`ecosim.experiments`): cached by a hash of the resolved configuration and resumable.
+docs/theory.md §5.8). A run can end early, and says how it ended (:attr:`History.outcome`):
+``"stopped"`` when a ``stop`` rule asked for it, ``"diverged"`` when the arithmetic gave up (a
+non-finite gradient, which the optimizer refuses to write; optionally a non-finite batch loss;
+or non-finite rounding errors at a logged step); what happened up to that point is returned,
+nothing is raised. With ``diagnostics=True`` the optimizer's per-step diagnostics (the batch
+loss, how much of ECO's injection the momentum kept, ``||m|| / ||g||``...) are kept for every
+step. Sweeps over seeds and configurations are experiments (:mod:`ecosim.experiments`): cached
+by a hash of the resolved configuration and resumable.
 """
 
 from __future__ import annotations
@@ -17,13 +23,19 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import rng
+from ._checks import NonFiniteGradient, check_bool
 from .metrics import error_similarity
 
-__all__ = ["History", "train", "FIELDS"]
+__all__ = ["History", "train", "FIELDS", "DIAGNOSTICS", "OUTCOMES", "initial_point"]
 
 # Logged quantities, one value per logged step (NaN where not defined).
 FIELDS = ("step", "lr", "loss", "grad_norm", "val_loss", "dist2", "mean_e2", "cos_e",
           "norm_ratio_e", "rel_diff_e", "changed_frac", "update_norm")
+# Per-step quantities of ``diagnostics=True``, one value per completed update.
+DIAGNOSTICS = ("step", "loss", "lr", "update_norm", "changed_frac", "inject_kept",
+               "inject_lost", "m_over_g")
+# How a run ended.
+OUTCOMES = ("completed", "stopped", "diverged")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,10 +52,24 @@ class History:
             ``cos_e``/``norm_ratio_e``/``rel_diff_e`` = :func:`ecosim.metrics.error_similarity`
             of the previous update's error and this one's, ``changed_frac`` the fraction of
             stored weights whose value changed, ``update_norm`` = ``||theta_tilde - theta_hat||``.
-        params: the final stored weights.
+        params: the final stored weights (for a diverged run: those the failing update
+            started from).
         state: the final optimizer state.
-        final_loss: full-objective loss at the final weights.
-        final_val_loss: validation loss at the final weights (None without validation).
+        final_loss: full-objective loss at the final weights (``inf`` for a diverged run,
+            which is not evaluated).
+        final_val_loss: validation loss at the final weights (None without validation;
+            ``inf`` for a diverged run).
+        outcome: one of :data:`OUTCOMES`: ``"completed"`` (all ``steps`` updates),
+            ``"stopped"`` (the ``stop`` rule asked for it, at a logged step, after that
+            step's record) or ``"diverged"`` (see :func:`train`).
+        stopped_at: the number of updates done.
+        diagnostics: with ``diagnostics=True``, a dict of float64 arrays, keys
+            :data:`DIAGNOSTICS`, one entry per completed update: ``step``, ``loss`` (the
+            batch loss before it), ``lr``, ``update_norm``, ``changed_frac``,
+            ``inject_kept`` and ``inject_lost`` (the optimizer's step diagnostics, see
+            :meth:`ecosim.optim.QuantizedOptimizer.step`) and ``m_over_g`` =
+            ``||m|| / ||g||`` (the stored momentum after the update over this gradient, all
+            parameters; NaN without a momentum or for a zero gradient); else None.
     """
 
     arrays: dict
@@ -51,6 +77,14 @@ class History:
     state: Any
     final_loss: float
     final_val_loss: float | None
+    outcome: str = "completed"
+    stopped_at: int = 0
+    diagnostics: dict | None = None
+
+    @property
+    def diverged(self) -> bool:
+        """Whether the run ended in a divergence."""
+        return self.outcome == "diverged"
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
@@ -92,11 +126,22 @@ def _error_tree(e, quantized_names):
     return e
 
 
+def initial_point(problem, optimizer, key: int, params=None) -> tuple:
+    """The stored initial weights and optimizer state of a run with ``key``, as :func:`train`
+    starts it: ``problem.init(fold_in(key, "init"))`` (or ``params``) stored by
+    ``optimizer.init(..., key=fold_in(key, "opt"))``."""
+    key = rng.as_key(key)
+    if params is None:
+        params = problem.init(rng.fold_in(key, "init"))
+    return optimizer.init(params, key=rng.fold_in(key, "opt"))
+
+
 def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | None = None,
-          log_every: int = 1, eval_every: int | None = None,
-          callbacks: Sequence[Callable] = (), progress: bool | None = False,
-          params=None) -> History:
-    """Train ``problem`` with ``optimizer`` for ``steps`` updates.
+          log_every: int | None = 1, eval_every: int | None = None,
+          callbacks: Sequence[Callable] = (), stop: Callable | None = None,
+          diagnostics: bool = False, diverge_on_loss: bool = False,
+          progress: bool | None = False, params=None) -> History:
+    """Train ``problem`` with ``optimizer`` for ``steps`` updates (or until stopped).
 
     Args:
         problem: an :mod:`ecosim.problems` problem (``init``, ``loss_and_grad``, ``batch``,
@@ -106,36 +151,48 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
         key: the run's key; the initial point, the optimizer's SR draws and the mini-batches
             use ``rng.fold_in(key, "init" | "opt" | "data")``, so a key fixes the whole run.
         batch_size: mini-batch size (None: the full, exact objective).
-        log_every: record every ``log_every``-th update (and the last one).
+        log_every: record every ``log_every``-th update (and the last one); None records no
+            step (with ``diagnostics=True``, the per-step record is then all there is).
         eval_every: evaluate the validation loss every ``eval_every`` updates (default: at
             every logged step when the problem has a validation set).
         callbacks: functions ``cb(t, params, state, record)`` called at each logged step with
             the dict of that step's logged values.
+        stop: ``stop(t, record) -> bool``, asked at each logged step after the callbacks;
+            True ends the run there (outcome ``"stopped"``, the step's record kept).
+        diagnostics: keep the optimizer's diagnostics of every update
+            (:attr:`History.diagnostics`).
+        diverge_on_loss: a non-finite batch loss ends the run as diverged before its update
+            (by default only a gradient the optimizer refuses does).
         progress: a tqdm bar (None: only on a terminal).
         params: start from these weights instead of ``problem.init`` (they are quantized by
             ``optimizer.init``).
 
     Returns:
-        A :class:`History`.
+        A :class:`History`. The run *diverges* (outcome ``"diverged"``, nothing raised) when a
+        gradient is non-finite (:class:`~ecosim._checks.NonFiniteGradient`), with
+        ``diverge_on_loss`` when a batch loss is, or when the rounding errors compared at a
+        logged step (this update's and the previous one's) are non-finite: the update
+        overflowed. That update is not recorded.
 
     Example:
         >>> from ecosim import Quantizer, optim, problems
         >>> prob = problems.Quadratic(8, L=1.0)
         >>> opt = optim.sgdm(0.1, 0.9, scheme="eco", weights=Quantizer("int8", scale=2.0**-6))
         >>> h = train(prob, opt, 200, key=0)
-        >>> bool(h["dist2"][-1] < 1e-2 * h["dist2"][0])
-        True
+        >>> bool(h["dist2"][-1] < 1e-2 * h["dist2"][0]), h.outcome, h.stopped_at
+        (True, 'completed', 200)
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
-    if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
-        raise ValueError(f"log_every must be a positive int, got {log_every!r}")
+    if log_every is not None and (isinstance(log_every, bool) or not isinstance(log_every, int)
+                                  or log_every < 1):
+        raise ValueError(f"log_every must be a positive int or None, got {log_every!r}")
     if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
         raise ValueError(f"eval_every must be a positive int or None, got {eval_every!r}")
+    diagnostics = check_bool(diagnostics, "diagnostics")
+    diverge_on_loss = check_bool(diverge_on_loss, "diverge_on_loss")
     key = rng.as_key(key)
-    if params is None:
-        params = problem.init(rng.fold_in(key, "init"))
-    params, state = optimizer.init(params, key=rng.fold_in(key, "opt"))
+    params, state = initial_point(problem, optimizer, key, params)
     data_key = rng.fold_in(key, "data")
     optimum = getattr(problem, "optimum", None)
     has_val = bool(getattr(problem, "has_validation", False))
@@ -143,16 +200,31 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
     qnames = _quantized_names(optimizer, params)
 
     log = {f: [] for f in FIELDS}
+    per_step = {f: [] for f in DIAGNOSTICS} if diagnostics else None
     e_prev = None
+    outcome, done = "completed", steps
     bar = _progress(steps, progress)
     try:
         for t in range(steps):
             batch = problem.batch(data_key, t, batch_size)
             loss, grads = problem.loss_and_grad(params, batch)
-            params_new, state, diag = optimizer.step(params, grads, state, diagnostics=True)
+            if diverge_on_loss and not math.isfinite(loss):
+                outcome, done = "diverged", t
+                break
+            try:
+                params_new, state_new, diag = optimizer.step(params, grads, state,
+                                                             diagnostics=True)
+            except NonFiniteGradient:
+                outcome, done = "diverged", t
+                break
+            if per_step is not None:
+                _record_step(per_step, t, loss, grads, state_new, diag)
             e = _error_tree(diag["e"], qnames)
-            logged = (t % log_every == 0) or t == steps - 1
-            if logged:
+            if log_every is not None and (t % log_every == 0 or t == steps - 1):
+                metrics = _error_metrics(e_prev, e)
+                if metrics is None:
+                    outcome, done = "diverged", t
+                    break
                 rec = {"step": t, "lr": diag["lr"], "loss": loss,
                        "grad_norm": math.sqrt(_sq_norm(grads)),
                        "val_loss": (problem.val_loss(params_new)
@@ -160,26 +232,53 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
                                     else math.nan),
                        "dist2": _dist2(params_new, optimum),
                        "changed_frac": diag["changed_frac"],
-                       "update_norm": diag["update_norm"]}
-                rec.update(_error_metrics(e_prev, e))
+                       "update_norm": diag["update_norm"], **metrics}
                 for f in FIELDS:
                     log[f].append(rec[f])
                 for cb in callbacks:
-                    cb(t, params_new, state, rec)
+                    cb(t, params_new, state_new, rec)
+                if stop is not None and stop(t, rec):
+                    outcome, done = "stopped", t + 1
             # an lr = 0 step writes nothing: it has no error, keep comparing with the last one
             if e is not None and diag["lr"] > 0:
                 e_prev = e
-            params = params_new
+            params, state = params_new, state_new
             if bar is not None:
                 bar.update(1)
+            if outcome == "stopped":
+                break
     finally:
         if bar is not None:
             bar.close()
     arrays = {f: np.asarray(v, dtype=np.float64) for f, v in log.items()}
-    final_val = problem.val_loss(params) if has_val else None
-    return History(arrays=arrays, params=params, state=state,
-                   final_loss=float(problem.loss(params, None)),
-                   final_val_loss=None if final_val is None else float(final_val))
+    if outcome == "diverged":
+        final_loss, final_val = math.inf, (math.inf if has_val else None)
+    else:
+        final_val = problem.val_loss(params) if has_val else None
+        final_loss = problem.loss(params, None)
+    return History(arrays=arrays, params=params, state=state, final_loss=float(final_loss),
+                   final_val_loss=None if final_val is None else float(final_val),
+                   outcome=outcome, stopped_at=done,
+                   diagnostics=None if per_step is None else
+                   {f: np.asarray(v, dtype=np.float64) for f, v in per_step.items()})
+
+
+def _record_step(per_step: dict, t: int, loss, grads, state, diag: dict) -> None:
+    """Append one update's diagnostics (:data:`DIAGNOSTICS`)."""
+    m = getattr(state, "m", None)
+    gn = _norm_in_order(grads)
+    ratio = _norm_in_order(m) / gn if m is not None and gn > 0 else math.nan
+    for f, v in (("step", t), ("loss", loss), ("m_over_g", ratio)):
+        per_step[f].append(v)
+    for f in ("lr", "update_norm", "changed_frac", "inject_kept", "inject_lost"):
+        per_step[f].append(diag[f])
+
+
+def _norm_in_order(tree) -> float:
+    """2-norm of all leaves, summed in the tree's own (insertion) order."""
+    leaves = tree.values() if isinstance(tree, dict) else [tree]
+    return math.sqrt(sum(float(np.dot(a.ravel().astype(np.float64), a.ravel().astype(np.float64)))
+                         for a in leaves))
 
 
 def _quantized_names(optimizer, params) -> list[str] | None:
@@ -189,7 +288,8 @@ def _quantized_names(optimizer, params) -> list[str] | None:
     return names
 
 
-def _error_metrics(e_prev, e) -> dict:
+def _error_metrics(e_prev, e) -> dict | None:
+    """The logged error metrics; None when the errors compared are non-finite."""
     nan = {"mean_e2": math.nan, "cos_e": math.nan, "norm_ratio_e": math.nan,
            "rel_diff_e": math.nan}
     if e is None or (isinstance(e, dict) and not e):
@@ -199,6 +299,8 @@ def _error_metrics(e_prev, e) -> dict:
     out = dict(nan)
     out["mean_e2"] = _sq_norm(e) / n if n else math.nan
     if e_prev is not None:
+        if not all(np.isfinite(a).all() for a in _leaves(e_prev) + leaves):
+            return None
         s = error_similarity(e_prev, e)
         out.update(cos_e=s.cosine, norm_ratio_e=s.norm_ratio, rel_diff_e=s.rel_diff)
     return out

@@ -8,7 +8,7 @@ from numpy.testing import assert_array_equal
 
 from ecosim import Quantizer, optim, problems
 from ecosim.metrics import error_similarity
-from ecosim.train import FIELDS, train
+from ecosim.train import DIAGNOSTICS, FIELDS, initial_point, train
 
 FIXED = Quantizer("int8", scale=2.0**-6)
 
@@ -82,3 +82,78 @@ def test_bad_arguments(kwargs):
     prob = problems.Quadratic(4)
     with pytest.raises((ValueError, TypeError)):
         train(prob, optim.sgdm(0.1, scheme="fp"), **kwargs)
+
+
+class _Exploding:
+    """A quadratic whose gradient turns non-finite (or only its loss) from step ``at`` on."""
+
+    has_validation = False
+    optimum = None
+
+    def __init__(self, at: int, loss_only: bool = False):
+        self.inner, self.at, self.loss_only = problems.Quadratic(4), at, loss_only
+
+    def init(self, key):
+        return self.inner.init(key)
+
+    def batch(self, key, step, batch_size=None):
+        return step
+
+    def loss(self, params, batch=None):
+        return self.inner.loss(params, None)
+
+    def loss_and_grad(self, params, batch):
+        loss, g = self.inner.loss_and_grad(params, None)
+        if batch >= self.at:
+            return math.inf, (g if self.loss_only else g * np.inf)
+        return loss, g
+
+
+def test_stop_returns_the_history_so_far():
+    prob = problems.Quadratic(8, L=1.0)
+    opt = optim.sgdm(0.1, 0.9, scheme="eco", weights=FIXED)
+    full = train(prob, opt, 40, key=2, log_every=5)
+    h = train(prob, opt, 40, key=2, log_every=5, stop=lambda t, rec: t >= 12)
+    assert (h.outcome, h.stopped_at, h.diverged) == ("stopped", 16, False)
+    assert_array_equal(h["step"], [0, 5, 10, 15])
+    for f in FIELDS:  # the same run, cut short
+        assert_array_equal(h[f], full[f][:4])
+    assert (full.outcome, full.stopped_at) == ("completed", 40)
+    assert h.final_loss == prob.loss(h.params, None)
+
+
+def test_divergence_is_an_outcome_not_an_exception():
+    opt = optim.sgdm(0.1, 0.9, scheme="eco", weights=FIXED)
+    h = train(_Exploding(7), opt, 20, key=0, diagnostics=True)
+    assert (h.outcome, h.diverged, h.stopped_at) == ("diverged", True, 7)
+    assert_array_equal(h["step"], np.arange(7))
+    assert h.final_loss == math.inf and h.state.step == 7
+    assert h.diagnostics["loss"].size == 7
+    # a non-finite loss with a finite gradient diverges only when asked to
+    assert train(_Exploding(7, loss_only=True), opt, 20, key=0).outcome == "completed"
+    h = train(_Exploding(7, loss_only=True), opt, 20, key=0, diverge_on_loss=True)
+    assert (h.outcome, h.stopped_at) == ("diverged", 7)
+
+
+def test_per_step_diagnostics_match_the_optimizer():
+    prob = problems.MLP((8, 16, 4), n_train=128, n_val=32, key=0)
+    q = Quantizer("e4m3", "rtn", granularity="row")
+    opt = optim.adamw(3e-3, scheme="eco", weights={n: q for n in prob.quantized_names("all")},
+                      states={"m": Quantizer("bfloat16", scale=1.0)})
+    h = train(prob, opt, 12, key=5, batch_size=16, log_every=None, diagnostics=True)
+    assert all(h[f].size == 0 for f in FIELDS)  # nothing logged, everything per step
+    d = h.diagnostics
+    assert set(d) == set(DIAGNOSTICS) and all(v.size == 12 for v in d.values())
+    from ecosim import rng
+    p, s = initial_point(prob, opt, 5)
+    for t in range(12):
+        loss, g = prob.loss_and_grad(p, prob.batch(rng.fold_in(5, "data"), t, 16))
+        p, s, diag = opt.step(p, g, s, diagnostics=True)
+        assert d["loss"][t] == loss and d["step"][t] == t
+        for f in ("lr", "update_norm", "changed_frac", "inject_kept", "inject_lost"):
+            assert d[f][t] == diag[f] or (math.isnan(d[f][t]) and math.isnan(diag[f]))
+        m = math.sqrt(sum(float(np.sum(a.astype(np.float64) ** 2)) for a in s.m.values()))
+        gn = math.sqrt(sum(float(np.sum(a.astype(np.float64) ** 2)) for a in g.values()))
+        assert d["m_over_g"][t] == pytest.approx(m / gn, rel=1e-12)
+    assert_array_equal(h.params["W0"], p["W0"])
+    assert 0 < np.nanmean(d["inject_kept"]) <= 1.0 + 1e-12

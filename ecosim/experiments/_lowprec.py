@@ -1,7 +1,8 @@
 """Shared setup of the full-stack low-precision experiments (``mantissa_sweep``,
-``compressed_states``): the two problems, the optimizers' hyperparameters, a lean training
-loop that also records how much of ECO's injection a quantized momentum keeps, and the rule
-that calls a run fine, degraded or failed.
+``compressed_states``): the two problems, the optimizers (their hyperparameters are fields of
+each experiment's config), what a run returns (through :func:`ecosim.train.train`, with how
+much of ECO's injection a quantized momentum keeps), and the rule that calls a run fine,
+degraded or failed.
 
 Problems:
 
@@ -15,17 +16,20 @@ Problems:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from .. import rng
 from ..optim import adamw, muon, warmup_cosine
 from ..problems import MLP, Rosenbrock
+from ..train import initial_point, train
+from .base import Config, interval, positive
 
-__all__ = ["AsMatrix", "PROBLEMS", "make_problem", "make_optimizer", "run_training",
-           "classify", "CLASSES"]
+__all__ = ["AsMatrix", "PROBLEMS", "OptimizerConfig", "make_problem", "make_optimizer",
+           "run_training", "classify", "CLASSES"]
 
 PROBLEMS = ("rosenbrock", "mlp")
 CLASSES = ("fine", "degraded", "failed")
@@ -78,37 +82,50 @@ def make_problem(name: str, optimizer: str, *, rosen_shape: tuple[int, int],
     raise ValueError(f"unknown problem {name!r}")
 
 
-# Peak learning rates (warmup 10%, cosine to 0.1% of the peak), tuned on the FP32 runs.
-LRS = {("rosenbrock", "adamw"): 0.1, ("rosenbrock", "muon"): 0.03,
-       ("mlp", "adamw"): 0.04, ("mlp", "muon"): 0.04}
-ADAM_B2 = {"rosenbrock": 0.99, "mlp": 0.999}
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptimizerConfig(Config):
+    """Hyperparameters the low-precision experiments share (their configs derive from this):
+    AdamW's ``b1`` (Muon's AdamW parameters too), Muon's momentum ``muon_beta``, and the
+    schedule's last learning rate as a fraction of the peak (warmup over 10% of the steps,
+    cosine to ``final_lr_frac``). The peak learning rates and AdamW's ``b2``, tuned on the
+    FP32 runs per problem, are fields of each config."""
+
+    b1: float = 0.9
+    muon_beta: float = 0.95
+    final_lr_frac: float = 1e-3
+    CHECKS: ClassVar[dict] = {"b1": interval("[0, 1)"), "muon_beta": interval("[0, 1)"),
+                              "final_lr_frac": interval("[0, 1]")}
+
+    def recipe(self, problem: str) -> dict:  # pragma: no cover - defined by each config
+        """The keyword arguments of :func:`make_optimizer` for ``problem``."""
+        raise NotImplementedError
+
+    def _shared(self) -> dict:
+        return {"b1": self.b1, "muon_beta": self.muon_beta, "final_lr_frac": self.final_lr_frac}
 
 
-def make_optimizer(problem: str, optimizer: str, steps: int, *, scheme: str, weights=None,
-                   states=None, eco_gain: float = 1.0):
-    """AdamW or Muon with the experiments' hyperparameters."""
-    sched = warmup_cosine(LRS[problem, optimizer], steps, final_frac=1e-3)
+def make_optimizer(optimizer: str, steps: int, *, adamw_lr: float, muon_lr: float, b1: float,
+                   b2: float, muon_beta: float, final_lr_frac: float, scheme: str,
+                   weights=None, states=None, eco_gain: float = 1.0):
+    """AdamW or Muon with the hyperparameters of an experiment's config (``config.recipe()``):
+    peak learning rates (warmup over 10% of the steps, cosine to ``final_lr_frac`` of the
+    peak), AdamW's ``(b1, b2)`` (Muon's AdamW parameters too), Muon's momentum ``muon_beta``."""
+    sched = warmup_cosine(adamw_lr if optimizer == "adamw" else muon_lr, steps,
+                          final_frac=final_lr_frac)
     if optimizer == "adamw":
-        return adamw(sched, 0.9, ADAM_B2[problem], scheme=scheme, weights=weights,
-                     states=states)
+        return adamw(sched, b1, b2, scheme=scheme, weights=weights, states=states)
     if optimizer == "muon":
-        adam_sched = warmup_cosine(LRS[problem, "adamw"], steps, final_frac=1e-3)
-        return muon(sched, 0.95, scheme=scheme, weights=weights, states=states,
-                    adam_lr=adam_sched, b2=ADAM_B2[problem], eco_gain=eco_gain)
+        adam_sched = warmup_cosine(adamw_lr, steps, final_frac=final_lr_frac)
+        return muon(sched, muon_beta, scheme=scheme, weights=weights, states=states,
+                    adam_lr=adam_sched, b2=b2, eco_gain=eco_gain)
     raise ValueError(f"unknown optimizer {optimizer!r}")
-
-
-def _norm(tree) -> float:
-    leaves = tree.values() if isinstance(tree, dict) else [tree]
-    return math.sqrt(sum(float(np.dot(a.ravel().astype(np.float64), a.ravel().astype(np.float64)))
-                         for a in leaves))
 
 
 def run_training(problem, opt, steps: int, *, key: int, batch_size: int | None,
                  points: int, track_momentum: bool = False) -> dict[str, np.ndarray]:
-    """Train; return the final loss, a loss curve and ECO's mean kept injection fraction.
+    """Train with :func:`ecosim.train.train`; return the final loss, a loss curve and ECO's
+    mean kept injection fraction.
 
-    The keys follow :func:`ecosim.train.train` (``fold_in(key, "init" | "opt" | "data")``).
     A non-finite loss or gradient ends the run as diverged (final loss ``inf``).
 
     Returns:
@@ -121,55 +138,38 @@ def run_training(problem, opt, steps: int, *, key: int, batch_size: int | None,
         much larger the stored momentum is than the gradient it averages (ECO's injections
         inflate it; NaN for a diverged run).
     """
-    params = problem.init(rng.fold_in(key, "init"))
-    params, state = opt.init(params, key=rng.fold_in(key, "opt"))
-    data_key = rng.fold_in(key, "data")
     has_val = bool(getattr(problem, "has_validation", False))
-
-    def evaluate(p):
-        return float(problem.val_loss(p) if has_val else problem.loss(p, None))
-
-    initial = evaluate(params)
-    losses = np.full(steps, np.inf)
-    kept_sum, kept_n, lost_sum = 0.0, 0, 0.0
-    ratios = []
-    diverged = False
+    params, _ = initial_point(problem, opt, key)
+    initial = float(problem.val_loss(params) if has_val else problem.loss(params, None))
     # A diverging run overflows on its way to inf: that is a result here, not a bug.
     with np.errstate(over="ignore", invalid="ignore"):
-        for t in range(steps):
-            batch = problem.batch(data_key, t, batch_size)
-            loss, grads = problem.loss_and_grad(params, batch)
-            if not math.isfinite(loss):
-                diverged = True
-                break
-            try:
-                params, state, diag = opt.step(params, grads, state, diagnostics=True)
-            except ValueError as exc:  # non-finite gradients are refused by the optimizer
-                if "non-finite" not in str(exc):
-                    raise
-                diverged = True
-                break
-            losses[t] = loss
-            if track_momentum and 2 * t >= steps:
-                gn = _norm(grads)
-                ratios.append(_norm(state.m) / gn if gn > 0 else math.nan)
-            k = diag["inject_kept"]
-            if math.isfinite(k):
-                kept_sum += k
-                lost_sum += diag["inject_lost"]
-                kept_n += 1
-        final = math.inf if diverged else evaluate(params)
+        h = train(problem, opt, steps, key=key, batch_size=batch_size, log_every=None,
+                  diagnostics=True, diverge_on_loss=True)
+    d = h.diagnostics
+    final = h.final_val_loss if has_val else h.final_loss
+    diverged = h.diverged
     if not math.isfinite(final):
         final, diverged = math.inf, True
+    losses = np.full(steps, np.inf)
+    losses[:d["loss"].size] = d["loss"]
+    kept_sum, kept_n, lost_sum = 0.0, 0, 0.0
+    for k, lost in zip(d["inject_kept"].tolist(), d["inject_lost"].tolist()):
+        if math.isfinite(k):
+            kept_sum += k
+            lost_sum += lost
+            kept_n += 1
     edges = np.linspace(0, steps, points + 1).round().astype(int)
     with np.errstate(invalid="ignore", over="ignore"):
         curve = np.array([losses[a:b].mean() for a, b in zip(edges[:-1], edges[1:])])
-    return {"final": np.float64(final), "initial": np.float64(initial), "curve": curve,
-            "diverged": np.bool_(diverged),
-            "inject_kept": np.float64(kept_sum / kept_n if kept_n else math.nan),
-            "inject_lost": np.float64(lost_sum / kept_n if kept_n else math.nan),
-            **({"m_over_g": np.float64(np.nanmean(ratios) if ratios and not diverged
-                                       else math.nan)} if track_momentum else {})}
+    out = {"final": np.float64(final), "initial": np.float64(initial), "curve": curve,
+           "diverged": np.bool_(diverged),
+           "inject_kept": np.float64(kept_sum / kept_n if kept_n else math.nan),
+           "inject_lost": np.float64(lost_sum / kept_n if kept_n else math.nan)}
+    if track_momentum:
+        ratios = d["m_over_g"][2 * d["step"] >= steps].tolist()
+        out["m_over_g"] = np.float64(np.nanmean(ratios) if ratios and not diverged
+                                     else math.nan)
+    return out
 
 
 def classify(final: float, reference: float, initial: float, floor: float = 0.0) -> str:

@@ -37,8 +37,8 @@ from .. import memory
 from ..formats import get as get_format
 from ..quantizer import Quantizer
 from . import _lowprec as lp
-from .base import (Check, Config, ConfigError, at_least, distinct, experiment, non_negative,
-                   nonempty)
+from .base import (Check, ConfigError, at_least, distinct, experiment, interval, non_negative,
+                   nonempty, positive)
 
 __all__ = ["CompressedStatesConfig", "parse_spec", "ADAMW_SPECS", "MUON_SPECS"]
 
@@ -126,7 +126,7 @@ def _state_q(fmt: str, mode: str, block: int) -> Quantizer:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class CompressedStatesConfig(Config):
+class CompressedStatesConfig(lp.OptimizerConfig):
     """ECO (and baselines) with compressed states on the MLP, AdamW and Muon."""
 
     adamw_specs: tuple[str, ...] = ADAMW_SPECS
@@ -138,6 +138,9 @@ class CompressedStatesConfig(Config):
     batch_size: int = 64
     points: int = 25
     seeds: tuple[int, ...] = (0, 1)
+    adamw_lr: float = 0.04     # peak learning rates, tuned on the FP32 runs
+    muon_lr: float = 0.04
+    b2: float = 0.999          # AdamW's (and Muon's AdamW parameters')
 
     SMOKE: ClassVar[dict] = {
         "adamw_specs": ("fp", "master-rtn", "eco-sr", "eco-rtn m:e4m3 v:bf16"),
@@ -153,7 +156,8 @@ class CompressedStatesConfig(Config):
         "mlp_sizes": (Check("two or more widths", lambda t: len(t) >= 2, each=False),
                       at_least(1)),
         "mlp_train": at_least(1), "steps": at_least(1), "batch_size": at_least(1),
-        "points": at_least(1), "seeds": (nonempty, distinct, non_negative)}
+        "points": at_least(1), "seeds": (nonempty, distinct, non_negative),
+        "adamw_lr": positive, "muon_lr": positive, "b2": interval("[0, 1)")}
 
     def __post_init__(self):
         super().__post_init__()
@@ -175,14 +179,20 @@ class CompressedStatesConfig(Config):
                               f"({self.steps}), got {self.points}")
 
 
+    def recipe(self, problem: str = "mlp") -> dict:
+        """The keyword arguments of :func:`._lowprec.make_optimizer` (the MLP's)."""
+        return {"adamw_lr": self.adamw_lr, "muon_lr": self.muon_lr, "b2": self.b2,
+                **self._shared()}
+
+
 def build(cfg: CompressedStatesConfig, optimizer: str, spec: Spec):
     """The optimizer of one configuration."""
     weights = None
     if spec.scheme != "fp":
         weights = Quantizer(spec.weights, spec.wmode, granularity="row")
     states = {k: _state_q(f, m, cfg.state_block) for k, (f, m) in spec.states.items()}
-    return lp.make_optimizer("mlp", optimizer, cfg.steps, scheme=spec.scheme, weights=weights,
-                             states=states, eco_gain=spec.gain)
+    return lp.make_optimizer(optimizer, cfg.steps, scheme=spec.scheme, weights=weights,
+                             states=states, eco_gain=spec.gain, **cfg.recipe())
 
 
 def _bytes(cfg, optimizer: str, opt, spec: Spec) -> tuple[float, float]:

@@ -39,8 +39,8 @@ import numpy as np
 from ..formats import custom
 from ..quantizer import Quantizer
 from . import _lowprec as lp
-from .base import (Check, Config, ConfigError, at_least, distinct, experiment, interval,
-                   non_negative, nonempty, one_of)
+from .base import (Check, ConfigError, at_least, distinct, experiment, interval, non_negative,
+                   nonempty, one_of, positive)
 
 __all__ = ["MantissaSweepConfig", "COMPONENTS", "component_setup"]
 
@@ -49,7 +49,7 @@ _OPTIMIZERS = ("adamw", "muon")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MantissaSweepConfig(Config):
+class MantissaSweepConfig(lp.OptimizerConfig):
     """Mantissa widths x components x optimizers x problems (defaults: the full figure)."""
 
     problems: tuple[str, ...] = lp.PROBLEMS
@@ -66,6 +66,13 @@ class MantissaSweepConfig(Config):
     batch_size: int = 64
     points: int = 25
     seeds: tuple[int, ...] = (0, 1)   # MLP keys (data, teacher, init); Rosenbrock uses the first
+    # peak learning rates and AdamW's b2 per problem, tuned on the FP32 runs
+    rosen_adamw_lr: float = 0.1
+    rosen_muon_lr: float = 0.03
+    rosen_b2: float = 0.99
+    mlp_adamw_lr: float = 0.04
+    mlp_muon_lr: float = 0.04
+    mlp_b2: float = 0.999
 
     SMOKE: ClassVar[dict] = {"components": ("weights", "v"), "mantissas": (7, 1),
                              "rosen_steps": 150, "mlp_sizes": (8, 16, 4), "mlp_train": 256,
@@ -80,7 +87,9 @@ class MantissaSweepConfig(Config):
         "mlp_sizes": (Check("two or more widths", lambda t: len(t) >= 2, each=False),
                       at_least(1)),
         "mlp_train": at_least(1), "mlp_steps": at_least(1), "batch_size": at_least(1),
-        "points": at_least(1), "seeds": (nonempty, distinct, non_negative)}
+        "points": at_least(1), "seeds": (nonempty, distinct, non_negative),
+        "rosen_adamw_lr": positive, "rosen_muon_lr": positive, "rosen_b2": interval("[0, 1)"),
+        "mlp_adamw_lr": positive, "mlp_muon_lr": positive, "mlp_b2": interval("[0, 1)")}
 
     def __post_init__(self):
         super().__post_init__()
@@ -94,6 +103,13 @@ class MantissaSweepConfig(Config):
 
     def steps(self, problem: str) -> int:
         return self.rosen_steps if problem == "rosenbrock" else self.mlp_steps
+
+    def recipe(self, problem: str) -> dict:
+        """The keyword arguments of :func:`._lowprec.make_optimizer` for ``problem``."""
+        p = "rosen" if problem == "rosenbrock" else "mlp"
+        return {"adamw_lr": getattr(self, f"{p}_adamw_lr"),
+                "muon_lr": getattr(self, f"{p}_muon_lr"), "b2": getattr(self, f"{p}_b2"),
+                **self._shared()}
 
 
 def _applies(problem: str, optimizer: str, component: str) -> bool:
@@ -229,7 +245,8 @@ def mantissa_sweep(cfg: MantissaSweepConfig, unit: dict) -> dict:
     q = None if c == "fp" else Quantizer(custom(8, unit["mantissa"]), cfg.mode, scale=1.0)
     scheme, weights, states = component_setup(c, q)
     steps = cfg.steps(p)
-    opt = lp.make_optimizer(p, o, steps, scheme=scheme, weights=weights, states=states)
+    opt = lp.make_optimizer(o, steps, scheme=scheme, weights=weights, states=states,
+                            **cfg.recipe(p))
     prob = _problem(cfg, p, o, unit["seed"])
     bs = None if p == "rosenbrock" else cfg.batch_size
     return lp.run_training(prob, opt, steps, key=unit["seed"], batch_size=bs,

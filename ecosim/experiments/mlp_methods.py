@@ -51,7 +51,7 @@ from .. import memory, rng
 from ..optim import adamw, warmup_cosine
 from ..problems import MLP
 from ..quantizer import Quantizer
-from ..train import train
+from ..train import initial_point, train
 from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
                    nonempty, one_of, positive)
 
@@ -119,25 +119,23 @@ def single_thread_blas():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-class _Diverged(Exception):
-    """Raised by the divergence guard to stop a run."""
-
-
 def run_training(problem: MLP, opt, steps: int, *, key: int, batch_size: int,
                  log_every: int, stop_factor: float) -> dict:
-    """Train once and return the curve, the final loss, the divergence flag and the memory.
+    """Train once with :func:`ecosim.train.train`; return the curve, the final loss, the
+    divergence flag and the memory.
 
     Returns a dict of NumPy values: ``step`` (updates done at each point of the curve: 0, then
     after every ``log_every``-th update and the last), ``lr`` (the learning rate of that
     update; 0 at the start), ``val_loss`` (of the stored weights; NaN after a stopped run),
     ``final_val_loss`` (NaN when stopped), ``init_val_loss`` (of the stored initial weights),
-    ``diverged``, ``stopped_at`` (updates done when stopped, else ``steps``), ``n_params``,
+    ``diverged``, ``stopped_at`` (the updates done at the last point of the curve when the run
+    was stopped, by its validation loss exceeding ``stop_factor`` times the initial one or by
+    a divergence of :func:`~ecosim.train.train`; else ``steps``), ``n_params``,
     ``mem_formula`` and ``mem_measured`` (total bytes per buffer of :data:`MEMORY_BUFFERS`).
     """
-    params0 = problem.init(rng.fold_in(key, "init"))
-    shapes = {k: v.shape for k, v in params0.items()}
-    # the same call train() makes: the stored initial weights and the initial state
-    p_init, s_init = opt.init(params0, key=rng.fold_in(key, "opt"))
+    # the stored initial weights and state train() starts from
+    p_init, s_init = initial_point(problem, opt, key)
+    shapes = {k: v.shape for k, v in p_init.items()}
     init_val = problem.val_loss(p_init)
     logged = [t for t in range(steps) if t % log_every == 0 or t == steps - 1]
     step = np.array([0] + [t + 1 for t in logged], np.int64)
@@ -145,30 +143,20 @@ def run_training(problem: MLP, opt, steps: int, *, key: int, batch_size: int,
     val = np.full(step.size, np.nan)
     val[0] = init_val
     cap = stop_factor * init_val
-    done = [0]  # index of the last filled point
 
-    def record(t, params, state, rec):
-        done[0] += 1
-        val[done[0]] = rec["val_loss"]
-        if not (math.isfinite(rec["val_loss"]) and rec["val_loss"] <= cap):
-            raise _Diverged
+    def too_high(t, rec):
+        return not (math.isfinite(rec["val_loss"]) and rec["val_loss"] <= cap)
 
-    final, stopped = math.nan, None
     # Overflow on the way to a divergence is an outcome here, recorded, not a warning.
     with np.errstate(over="ignore", invalid="ignore"), single_thread_blas():
-        try:
-            final = train(problem, opt, steps, key=key, batch_size=batch_size,
-                          log_every=log_every, callbacks=[record],
-                          params=params0).final_val_loss
-        except _Diverged:
-            stopped = int(step[done[0]])
-        except ValueError as exc:  # the optimizer refuses non-finite gradients
-            if "non-finite" not in str(exc):
-                raise
-            stopped = int(step[done[0]])
+        h = train(problem, opt, steps, key=key, batch_size=batch_size, log_every=log_every,
+                  stop=too_high)
+    done = h["val_loss"].size
+    val[1:1 + done] = h["val_loss"]
+    stopped = None if h.outcome == "completed" else int(step[done])
+    final = h.final_val_loss if stopped is None else math.nan
     diverged = stopped is not None or not (math.isfinite(final) and final <= init_val)
-    return {"step": step, "lr": lr, "val_loss": val,
-            "final_val_loss": np.float64(final if stopped is None else math.nan),
+    return {"step": step, "lr": lr, "val_loss": val, "final_val_loss": np.float64(final),
             "init_val_loss": np.float64(init_val), "diverged": np.bool_(diverged),
             "stopped_at": np.int64(steps if stopped is None else stopped),
             "n_params": np.int64(sum(math.prod(s) for s in shapes.values())),

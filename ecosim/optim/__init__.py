@@ -12,7 +12,8 @@ Public names:
         as_schedule.
 """
 from .adamw import AdamW, AdamWState, adamw
-from .base import SCHEMES, QuantizedOptimizer, compensation_quantizer, on_grid, state_quantizer
+from .base import (SCHEMES, NonFiniteGradient, QuantizedOptimizer, compensation_quantizer,
+                   on_grid, state_quantizer)
 from .dqt import dqt, dqt_quantizers
 from .muon import NS_COEFFICIENTS, Muon, MuonState, muon, newton_schulz
 from .schedules import (
@@ -37,6 +38,7 @@ __all__ = [
     "Muon",
     "MuonState",
     "NS_COEFFICIENTS",
+    "NonFiniteGradient",
     "QuantizedOptimizer",
     "SCHEMES",
     "SGDM",

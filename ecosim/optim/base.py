@@ -68,7 +68,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import rng
-from .._checks import check_bool, native
+from .._checks import NonFiniteGradient, check_bool, native
 from ..formats import Format, get
 from ..quantizer import Quantizer
 from ..rounding import quantize
@@ -76,6 +76,7 @@ from .schedules import as_schedule
 
 __all__ = [
     "SCHEMES",
+    "NonFiniteGradient",
     "QuantizedOptimizer",
     "on_grid",
     "state_quantizer",
@@ -538,9 +539,9 @@ class QuantizedOptimizer:
             ``(params, state)``, or ``(params, state, diagnostics)``.
 
         Raises:
-            ValueError: a gradient has NaN/inf (the message names the parameter), the
-                learning rate of this step is negative or not finite, or the structures
-                differ.
+            NonFiniteGradient: a gradient has NaN/inf (the message names the parameter).
+            ValueError: the learning rate of this step is negative or not finite, or the
+                structures differ.
         """
         if not isinstance(state, self.State):
             raise TypeError(f"state must be a {self.State.__name__}, got {type(state).__name__}")
@@ -637,6 +638,7 @@ def _check_grad(name: str, w: np.ndarray, g: Any, t: int) -> np.ndarray:
         lo, hi = g.min(), g.max()  # NaN propagates through both; inf shows in one of them
         if not (math.isfinite(lo) and math.isfinite(hi)):
             bad = g.size - int(np.count_nonzero(np.isfinite(g)))
-            raise ValueError(f"gradient of parameter {name!r} has {bad} non-finite values "
-                             f"(NaN/inf) at step {t}; refusing to write them into the weights")
+            raise NonFiniteGradient(f"gradient of parameter {name!r} has {bad} non-finite "
+                                    f"values (NaN/inf) at step {t}; refusing to write them "
+                                    "into the weights")
     return g
