@@ -31,6 +31,12 @@ Public names:
     QuantizedLinear, store_weights, GradSlot, stored: weights held as real low-precision
         codes between steps (1 byte per FP8 weight plus scales), updated in place by the ECO
         optimizers (:mod:`ecosim.torch.nn`).
+    QuantizedConv, QuantizedConv1D, QuantizedMultiheadAttention, store_module: the same
+        storage for convolutions, transformers' ``Conv1D`` and attention, one scale per output
+        feature (:mod:`ecosim.torch.layers`).
+    quantize_model, QuantizeReport, unstore_weights, ema_update: one call to store a model's
+        weight matrices with a report and the optimizer's parameter groups; back to a plain
+        model; EMA of stored weights (:mod:`ecosim.torch.models`).
     data_parallel: ``DistributedDataParallel`` for models with stored weights.
     measured_memory, MeasuredMemory: bytes actually held by a model and its optimizer.
 """
@@ -50,11 +56,20 @@ from .nn import (
     store_weights,
     stored,
 )
+from .layers import (
+    QuantizedConv,
+    QuantizedConv1D,
+    QuantizedMultiheadAttention,
+    store_module,
+)
+from .models import QuantizeReport, ema_update, quantize_model, unstore_weights
 from .optim import ECOAdamW, ECOSGD
 from .quantizer import Encoded, Quantizer
 from .rng import fold_in, random_bits, split_key
 from .rounding import MODES, quantize
 
 __all__ = ["ECOAdamW", "ECOSGD", "Encoded", "GradSlot", "MODES", "MeasuredMemory",
-           "QuantizedLinear", "Quantizer", "data_parallel", "fold_in", "measured_memory",
-           "quantize", "random_bits", "split_key", "store_weights", "stored"]
+           "QuantizeReport", "QuantizedConv", "QuantizedConv1D", "QuantizedLinear",
+           "QuantizedMultiheadAttention", "Quantizer", "data_parallel", "ema_update", "fold_in",
+           "measured_memory", "quantize", "quantize_model", "random_bits", "split_key",
+           "store_module", "store_weights", "stored", "unstore_weights"]

@@ -56,17 +56,24 @@ refuses float8 tensors). Every rank applies the same update with the same keys, 
 stay equal without DDP's per-forward buffer broadcast: ``forward_sync_buffers=False`` saves
 that traffic when the model has no other buffers to keep in sync.
 
-Not supported: FSDP (it would shard and materialise the slot), ``nn.Linear`` subclasses
-(``MultiheadAttention`` reads its ``out_proj.weight`` directly), weights tied to other
-parameters (refused: the tie would silently break), double backward.
+Other layers (convolutions, transformers ``Conv1D``, ``nn.MultiheadAttention``, ``nn.Linear``
+subclasses) are stored by :mod:`ecosim.torch.layers`, whole models by
+:func:`ecosim.torch.quantize_model`; :func:`ecosim.torch.unstore_weights` goes back.
+
+Not supported: FSDP (it would shard and materialise the slot), weights tied to other
+parameters (refused: the tie would silently break), double backward, in-place writes into the
+slot (``nn.init.*_``, ``torch.optim``, ``AveragedModel``: torch refuses writing into a
+broadcast tensor; use :meth:`QuantizedLinear.write`, the ECO optimizers and
+:func:`ecosim.torch.ema_update`).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections import Counter
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -216,6 +223,17 @@ def stored(p: torch.Tensor) -> "QuantizedLinear | None":
     return getattr(p, "_ecosim_store", None) if isinstance(p, GradSlot) else None
 
 
+def _start_weight(w: torch.Tensor, name: str) -> torch.Tensor:
+    """``w`` detached, checked to be finite float32/float64 (what a stored layer starts from)."""
+    w = w.detach()
+    if w.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"{name!r} is {w.dtype}; stored weights start from float32 or "
+                        "float64 weights")
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError(f"{name!r} has non-finite values")
+    return w
+
+
 # -- the layer -----------------------------------------------------------------------------------
 
 class _StoredLinear(torch.autograd.Function):
@@ -271,8 +289,14 @@ class QuantizedLinear(nn.Module):
         bias: keep a full-precision bias (as ``nn.Linear``).
         name: the parameter name of the stored weight (SR keys; :func:`store_weights` sets
             ``"<module path>.weight"``).
-        dtype: float32 or float64, the dtype of the dequantized weights and of the gradient.
+        dtype: float32 or float64, the dtype of the dequantized weights and of the gradient
+            (``.to(torch.float64)``/``.double()`` and back convert it and the float scales).
         device: where the codes live.
+        shape, transposed: the parameter's shape when it is not ``(out_features,
+            in_features)``: the codes always hold that (out, fan-in) matrix, so a row scale is
+            one per output feature; a parameter of shape ``(out, a, b, ...)`` is the matrix
+            reshaped (a convolution's ``(out, in/groups, *kernel)``), and ``transposed=True``
+            holds an ``(in, out)`` parameter (a transformers ``Conv1D``, ``y = x W + b``).
 
     The codes start at zero (all-zero weights); :meth:`write` or :meth:`from_linear` fill them.
 
@@ -296,7 +320,8 @@ class QuantizedLinear(nn.Module):
     """
 
     def __init__(self, in_features: int, out_features: int, quantizer: Quantizer, *,
-                 bias: bool = True, name: str = "weight", dtype=torch.float32, device=None):
+                 bias: bool = True, name: str = "weight", dtype=torch.float32, device=None,
+                 shape: tuple | None = None, transposed: bool = False):
         super().__init__()
         if not isinstance(quantizer, Quantizer):
             raise TypeError(f"quantizer must be an ecosim.torch.Quantizer, got "
@@ -306,9 +331,19 @@ class QuantizedLinear(nn.Module):
         self.in_features, self.out_features = int(in_features), int(out_features)
         self.quantizer, self.name = quantizer, str(name)
         self._codec = _Codec(quantizer)
-        self._shape = (self.out_features, self.in_features)
+        # The codes hold the (out, fan-in) matrix, scaled per row; the parameter may be that
+        # matrix reshaped (a convolution) or transposed (a transformers Conv1D).
+        self._mshape = (self.out_features, self.in_features)
+        self._transposed = bool(transposed)
+        self._shape = tuple(int(d) for d in shape) if shape is not None else (
+            self._mshape[::-1] if self._transposed else self._mshape)
+        if (self._shape[::-1] if self._transposed else (self._shape[0], math.prod(
+                self._shape[1:]))) != self._mshape:
+            raise ValueError(f"shape {self._shape} does not hold an ({out_features}, "
+                             f"{in_features}) matrix" + (" transposed" if transposed else ""))
         self._value_dtype = dtype
-        _, codes, scales = self._codec.zeros(torch.zeros(self._shape, dtype=dtype, device=device))
+        _, codes, scales = self._codec.zeros(torch.zeros(self._mshape, dtype=dtype,
+                                                         device=device))
         self.register_buffer("codes", _raw(codes))
         # a plain cast (fixed scale 1 onto bfloat16/float16) has no scales: an empty buffer
         self.register_buffer("scales", _raw(scales) if scales is not None
@@ -322,30 +357,43 @@ class QuantizedLinear(nn.Module):
     def from_linear(cls, linear: nn.Linear, quantizer: Quantizer, *, key=0,
                     name: str = "weight") -> "QuantizedLinear":
         """A layer holding ``q(linear.weight)`` (SR key ``fold_in(key, "init", name)``) and a
-        copy of its bias."""
-        w = linear.weight.detach()
-        if w.dtype not in (torch.float32, torch.float64):
-            raise TypeError(f"{name!r} is {w.dtype}; stored weights start from float32 or "
-                            "float64 weights")
-        if not bool(torch.isfinite(w).all()):
-            raise ValueError(f"{name!r} has non-finite values")
+        copy of its bias (``linear``: an ``nn.Linear`` or a subclass; other layers:
+        :func:`ecosim.torch.store_module`)."""
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"from_linear takes an nn.Linear, got {type(linear).__name__}; "
+                            "for other layers use ecosim.torch.store_module(module, quantizer)")
+        w = _start_weight(linear.weight, name)
         out = cls(linear.in_features, linear.out_features, quantizer,
                   bias=linear.bias is not None, name=name, dtype=w.dtype, device=w.device)
-        out._initial = w  # W_0 for a master copy, e_0 or c_0 (see pop_initial); not copied
-        out.write(w, key=rng.fold_in(rng.as_key(key), "init", name)
-                  if quantizer.mode == "sr" else None)
-        if linear.bias is not None:
+        return out._take(linear.weight, linear.bias, key)
+
+    def _take(self, weight, bias, key) -> "QuantizedLinear":
+        """Store ``q(weight)`` (the optimizers' initial write), keep ``weight`` as ``W_0`` and
+        copy ``bias``; returns self."""
+        w = weight.detach()
+        self._initial = w  # W_0 for a master copy, e_0 or c_0 (see pop_initial); not copied
+        self.write(w, key=rng.fold_in(rng.as_key(key), "init", self.name)
+                   if self.quantizer.mode == "sr" else None)
+        if bias is not None:
             with torch.no_grad():
-                out.bias.copy_(linear.bias)
-            out.bias.requires_grad_(linear.bias.requires_grad)
-        out.weight.requires_grad_(linear.weight.requires_grad)
-        return out
+                self.bias.copy_(bias)
+            self.bias.requires_grad_(bias.requires_grad)
+        self.weight.requires_grad_(weight.requires_grad)
+        return self
 
     # -- storage ----------------------------------------------------------------------------
     def _decode(self, codes, scales) -> torch.Tensor:
         return self._codec.decode(_typed(codes, self._codec.typed),
-                                  _typed(scales, self._codec.scales_typed), self._shape,
+                                  _typed(scales, self._codec.scales_typed), self._mshape,
                                   self._value_dtype)
+
+    def _to_param(self, m: torch.Tensor) -> torch.Tensor:
+        """The (out, fan-in) matrix ``m`` in the parameter's shape."""
+        return m.t().contiguous() if self._transposed else m.reshape(self._shape)
+
+    def _to_matrix(self, x: torch.Tensor) -> torch.Tensor:
+        """A parameter-shaped ``x`` as the (out, fan-in) matrix the codes hold."""
+        return x.t() if self._transposed else x.reshape(self._mshape)
 
     def pop_initial(self) -> torch.Tensor | None:
         """The full-precision weights this layer was made from (``from_linear``), once: the
@@ -354,28 +402,30 @@ class QuantizedLinear(nn.Module):
         return w
 
     def read(self) -> torch.Tensor:
-        """The stored weights, dequantized: ``fl(s * code)`` (a new tensor)."""
-        return self._decode(self.codes, self.scales)
+        """The stored weights, dequantized: ``fl(s * code)`` (a new tensor of the parameter's
+        shape and dtype)."""
+        return self._to_param(self._decode(self.codes, self.scales))
 
     @torch.no_grad()
     def write(self, x: torch.Tensor, *, key=None) -> torch.Tensor:
         """Store ``q(x)`` (SR with ``key``) in place and return its dequantized values."""
         if tuple(x.shape) != self._shape:
             raise ValueError(f"{self.name!r} holds shape {self._shape}, got {tuple(x.shape)}")
-        values, codes, scales = self._codec.encode(x.to(self._value_dtype), key)
+        values, codes, scales = self._codec.encode(self._to_matrix(x.to(self._value_dtype)), key)
         self.codes.copy_(_raw(codes))
         if scales is not None:
             self.scales.copy_(_raw(scales))
-        return values
+        return self._to_param(values)
 
     def encoded(self) -> Encoded:
         """The stored weights as :class:`ecosim.torch.Encoded` (views of the buffers: codes in
-        their torch dtype, e.g. ``float8_e4m3fn``)."""
+        their torch dtype, e.g. ``float8_e4m3fn``), of the (out, fan-in) matrix the codes
+        hold (the parameter's shape for a linear layer)."""
         scales = _typed(self.scales, self._codec.scales_typed)
         if self._codec.cast:  # the unit scale of a plain cast, as Quantizer.encode gives it
             scales = torch.ones((1, 1), dtype=self._value_dtype, device=self.codes.device)
         return Encoded(codes=_typed(self.codes, self._codec.typed), scales=scales,
-                       shape=self._shape, dtype=self._value_dtype,
+                       shape=self._mshape, dtype=self._value_dtype,
                        packed_bits=self._codec.packed)
 
     # -- nn.Module --------------------------------------------------------------------------
@@ -403,6 +453,12 @@ class QuantizedLinear(nn.Module):
                 slot.data = new.data
                 self._parameters["weight"] = slot
             slot.data = slot.data.reshape(()).expand(self._shape)
+        # float32 <-> float64 changes the dtype of the weights (read(), gradients) and of
+        # float scales with them; half types leave both (the layer holds float32/float64).
+        if slot.dtype in (torch.float32, torch.float64) and slot.dtype != self._value_dtype:
+            self._value_dtype = slot.dtype
+            if scales.dtype in (torch.float32, torch.float64):
+                scales = scales.to(slot.dtype)
         if self.scales.dtype != scales.dtype:
             self.scales = scales.to(self.scales.device)
         return out
@@ -423,58 +479,6 @@ class QuantizedLinear(nn.Module):
         finally:
             params.clear()
             params.update(kept)
-
-
-def store_weights(model: nn.Module, quantizer: Quantizer, *, key=0,
-                  predicate: Callable[[str, nn.Module], bool] | None = None) -> list[str]:
-    """Replace ``nn.Linear`` modules of ``model`` in place by :class:`QuantizedLinear`.
-
-    Args:
-        model: the model (modified in place); not itself an ``nn.Linear``.
-        quantizer: the :class:`ecosim.torch.Quantizer` of the stored weights.
-        key: root key of the initial write: the weight of module ``"a.b"`` is stored as
-            ``q(W)`` with SR key ``fold_in(key, "init", "a.b.weight")``, the write an ECO
-            optimizer built with the same key makes on a float32 parameter of that name.
-        predicate: ``predicate(module_path, module) -> bool`` chooses among the modules of
-            type exactly ``nn.Linear``; default: all of them.
-
-    Returns:
-        The parameter names of the stored weights (``"a.b.weight"``, ...).
-
-    Raises:
-        TypeError: ``model`` is an ``nn.Linear`` (there is no parent to put the new layer in:
-            use :meth:`QuantizedLinear.from_linear`) or ``quantizer`` is not a torch Quantizer.
-        ValueError: nothing matched, or a chosen weight is tied to another parameter.
-    """
-    if isinstance(model, nn.Linear):
-        raise TypeError("store_weights replaces submodules in place; for a bare nn.Linear use "
-                        "QuantizedLinear.from_linear(linear, quantizer)")
-    if not isinstance(quantizer, Quantizer):
-        raise TypeError(f"quantizer must be an ecosim.torch.Quantizer, got "
-                        f"{type(quantizer).__name__}")
-    uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
-    owners: dict[int, list[tuple[nn.Module, str]]] = {}
-    for _, parent in model.named_modules(remove_duplicate=False):
-        for child_name, child in parent._modules.items():
-            owners.setdefault(id(child), []).append((parent, child_name))
-    chosen = [(name, mod) for name, mod in model.named_modules()
-              if type(mod) is nn.Linear and (predicate is None or predicate(name, mod))]
-    if not chosen:
-        raise ValueError("store_weights: no nn.Linear module of the model matched the "
-                         "predicate")
-    for name, mod in chosen:
-        shared = uses[id(mod.weight)] - (len(owners.get(id(mod), [])) or 1)
-        if shared > 0:
-            raise ValueError(f"the weight of {name!r} is tied to another parameter; storing "
-                             "it as codes would break the tie (exclude it with predicate=)")
-    names = []
-    for name, mod in chosen:
-        pname = f"{name}.weight"
-        new = QuantizedLinear.from_linear(mod, quantizer, key=key, name=pname)
-        for parent, child_name in owners[id(mod)]:
-            setattr(parent, child_name, new)
-        names.append(pname)
-    return names
 
 
 # -- distributed ---------------------------------------------------------------------------------
@@ -602,3 +606,7 @@ def measured_memory(model: nn.Module | list, optimizer: torch.optim.Optimizer | 
             base = k[:-len("_scales")] if k.endswith("_scales") and k not in _STATE_BUFFER else k
             acc[_STATE_BUFFER.get(base, "other")] += v.nbytes
     return MeasuredMemory(**acc, n_params=n)
+
+
+# store_weights covers every layer type of ecosim.torch.layers, which builds on this module
+from .layers import store_weights  # noqa: E402

@@ -347,6 +347,13 @@ class _ECOBase(torch.optim.Optimizer):
         if not bool(torch.isfinite(full).all()):
             raise ValueError(f"parameter {name!r} has non-finite values")
         q = self._quantizer_for(name, layer)
+        if layer is None and q is not None and p.ndim > 2 and not q.fixed \
+                and q.granularity != "tensor":
+            raise ValueError(
+                f"parameter {name!r} has shape {tuple(p.shape)}: granularity "
+                f"{q.granularity!r} scales along its last axis (a kernel row), not per output "
+                "channel; store it with ecosim.torch.quantize_model/store_weights (one scale "
+                "per output channel) or give it weights=None or a tensor-wise quantizer")
         meta = _Meta(name, q, layer, self.scheme if q is not None else "fp",
                      layer._codec if layer is not None else (_Codec(q) if q else None),
                      shard=shard)
