@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["ModelConfig", "PRESETS", "Preset", "Transformer", "ffn_dim", "param_counts",
-           "quantized_names"]
+__all__ = ["ModelConfig", "PRESETS", "Preset", "Transformer", "ffn_dim", "get_preset",
+           "param_counts", "quantized_names"]
 
 _QUANTIZED = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
@@ -272,7 +272,7 @@ def param_counts(cfg: ModelConfig | str) -> dict:
         29745280
     """
     if isinstance(cfg, str):
-        cfg = _preset(cfg).model
+        cfg = get_preset(cfg).model
     with torch.device("meta"):
         m = Transformer(cfg)
     q = set(quantized_names(m))
@@ -286,7 +286,12 @@ def param_counts(cfg: ModelConfig | str) -> dict:
     return {"total": total, "embedding": emb, "non_embedding": total - emb, "quantized": quant}
 
 
-def _preset(name: str) -> Preset:
+def get_preset(name: str) -> Preset:
+    """The preset called ``name`` (a key of :data:`PRESETS`).
+
+    Raises:
+        ValueError: no such preset (the message lists them).
+    """
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     return PRESETS[name]

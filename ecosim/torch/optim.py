@@ -98,6 +98,7 @@ from .._checks import check_bool
 from ..optim.base import _resolve_states as _np_resolve_states
 from ..optim.base import _weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer
+from .dtensor import is_dtensor, local_tensor
 from .nn import _Codec, _raw, stored
 from .quantizer import Encoded, Quantizer, _div
 
@@ -156,31 +157,6 @@ class _Meta:
 
 
 # -- DTensor (FSDP2) parameters ------------------------------------------------------------------
-
-_DTENSOR = []  # [DTensor class or None], imported on first use
-
-
-def _dtensor_cls():
-    if not _DTENSOR:
-        cls = None
-        if torch.distributed.is_available():
-            try:
-                from torch.distributed.tensor import DTensor as cls
-            except ImportError:  # pragma: no cover - torch without DTensor
-                cls = None
-        _DTENSOR.append(cls)
-    return _DTENSOR[0]
-
-
-def _is_dtensor(t) -> bool:
-    cls = _dtensor_cls()
-    return cls is not None and isinstance(t, cls)
-
-
-def _local(t):
-    """This process's part of ``t`` (a DTensor's local shard, an alias; else ``t``)."""
-    return t.to_local() if _is_dtensor(t) else t
-
 
 @dataclasses.dataclass(frozen=True)
 class _Shard:
@@ -334,7 +310,7 @@ class _ECOBase(torch.optim.Optimizer):
 
     def _init_param(self, group, name, p):
         layer = stored(p)
-        shard = _shard_of(name, p) if _is_dtensor(p) else None
+        shard = _shard_of(name, p) if is_dtensor(p) else None
         if layer is not None:  # W_0 when the layer still has it (see ecosim.torch.nn)
             w0 = layer.pop_initial()
             full = (w0.to(device=layer.codes.device, dtype=layer._value_dtype, copy=True)
@@ -343,7 +319,7 @@ class _ECOBase(torch.optim.Optimizer):
         else:
             if p.dtype not in (torch.float32, torch.float64):
                 raise TypeError(f"parameter {name!r} must be float32 or float64, got {p.dtype}")
-            full = _local(p).detach().clone()  # a DTensor's rows held here
+            full = local_tensor(p).detach().clone()  # a DTensor's rows held here
         if not bool(torch.isfinite(full).all()):
             raise ValueError(f"parameter {name!r} has non-finite values")
         q = self._quantizer_for(name, layer)
@@ -440,7 +416,7 @@ class _ECOBase(torch.optim.Optimizer):
         if meta.layer is not None:
             return meta.layer.write(x, key=key)
         w, s = meta.codec.values(x, key)
-        _local(p).copy_(w)
+        local_tensor(p).copy_(w)
         self.state[p]["w_scales"] = s if s is not None else meta.q.scales(w)  # see encoded()
         return w
 
@@ -448,7 +424,7 @@ class _ECOBase(torch.optim.Optimizer):
         """NumPy's ``_write_scheme``: round ``tt`` onto the weight grid per scheme; returns
         ``e = tt - q(tt)`` for eco/eco_exact (``tt`` is overwritten), else None."""
         if meta.scheme == "fp":
-            _local(p).copy_(tt)
+            local_tensor(p).copy_(tt)
             return None
         name = meta.name
         if meta.scheme == "master":
@@ -464,7 +440,7 @@ class _ECOBase(torch.optim.Optimizer):
         return e
 
     def _weights_of(self, meta, p):
-        return meta.layer.read() if meta.layer is not None else _local(p).detach()
+        return meta.layer.read() if meta.layer is not None else local_tensor(p).detach()
 
     # -- public -----------------------------------------------------------------------------------
     @property
@@ -498,7 +474,7 @@ class _ECOBase(torch.optim.Optimizer):
         if q is None:
             raise ValueError(f"parameter {name!r} is kept in full precision")
         rtn = dataclasses.replace(q, mode="rtn")
-        return rtn.encode(_local(p).detach(), scales=self.state[p].get("w_scales"))
+        return rtn.encode(local_tensor(p).detach(), scales=self.state[p].get("w_scales"))
 
     def state_values(self, p, which: str) -> torch.Tensor:
         """The values of state buffer ``which`` (``"m"``, ``"v"``, ``"master"``, ``"e_prev"``,
@@ -510,7 +486,7 @@ class _ECOBase(torch.optim.Optimizer):
                     if q is p)
         meta = self._meta[name]
         dtype = meta.layer._value_dtype if meta.layer is not None else p.dtype
-        like = torch.empty(_local(p).shape, dtype=dtype, device="meta")
+        like = torch.empty(local_tensor(p).shape, dtype=dtype, device="meta")
         return self._load(self.state[p], which, like, self._codecs_of(meta).get(which))
 
     def __getstate__(self):
@@ -547,7 +523,7 @@ class _ECOBase(torch.optim.Optimizer):
         tensors: what an unsharded optimizer's ``state_dict`` holds. A collective: every
         process of the mesh calls it (in the same order)."""
         sd = self.state_dict()
-        sd["state"] = {i: {k: _full_tensor(v) if _is_dtensor(v) else v for k, v in s.items()}
+        sd["state"] = {i: {k: _full_tensor(v) if is_dtensor(v) else v for k, v in s.items()}
                        for i, s in sd["state"].items()}
         return sd
 
@@ -595,7 +571,7 @@ class _ECOBase(torch.optim.Optimizer):
                 raise ValueError(f"parameter {name!r} has no gradient")
             if p.grad.is_sparse:
                 raise ValueError(f"parameter {name!r} has a sparse gradient (not supported)")
-            gs.append(_local(p.grad).detach())
+            gs.append(local_tensor(p.grad).detach())
         # min and max propagate NaN and show inf: one pass per gradient (isfinite().all() is
         # ~10x slower on the CPU) and one device sync per group; the slow check only names
         # the culprit.
@@ -640,7 +616,7 @@ def _full_tensor(v) -> torch.Tensor:
 
 def _rows_of(v: torch.Tensor, sh: _Shard, name, k) -> torch.Tensor:
     """This process's rows of a loaded state (a DTensor, the whole tensor, or the rows)."""
-    if _is_dtensor(v):
+    if is_dtensor(v):
         return v.to_local()
     if v.shape[0] == sh.shape[0]:
         return v[sh.start:sh.start + sh.rows].clone()

@@ -1,0 +1,111 @@
+"""The command line of the LM runner: ``python -m ecosim.torch.lm`` (``--help``, ``--list``).
+
+Part of :mod:`ecosim.torch.lm`. Bad options, corpora and checkpoints end in one line on
+stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .. import data as _data
+from ..model import PRESETS, param_counts
+from .checkpoint import CheckpointError
+from .config import METHODS, STORAGES, LMConfig
+from .loop import train
+
+__all__ = ["main"]
+
+
+def _listing() -> str:
+    lines = ["presets (non-embedding / quantized parameters, vocab 256):"]
+    for name, p in PRESETS.items():
+        m, c = p.model, param_counts(p.model)
+        lines.append(f"  {name:6s} d={m.d_model:<5d} L={m.n_layers:<3d} h={m.n_heads:<3d} "
+                     f"hd={m.head_dim:<4d} ff={m.d_ff:<5d} non-emb={c['non_embedding']:>11,d} "
+                     f"quantized={c['quantized']:>11,d} lr={p.lr:g} seq={p.seq} "
+                     f"batch={p.batch}")
+    lines.append("methods: " + ", ".join(METHODS))
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = LMConfig()
+    ap = argparse.ArgumentParser(
+        prog="python -m ecosim.torch.lm",
+        description="Pretrain a byte-level Llama-style LM with quantized weights (ECO, "
+                    "naive, master) and append a JSON results record.")
+    ap.add_argument("--list", action="store_true", help="list presets and methods, then exit")
+    ap.add_argument("--preset", default=d.preset, choices=list(PRESETS),
+                    help="model preset (see --list)")
+    ap.add_argument("--method", default=d.method, choices=list(METHODS),
+                    help="Table 1 method (fp32: unquantized reference)")
+    ap.add_argument("--steps", type=int, default=d.steps)
+    ap.add_argument("--batch", type=int, help="sequences per micro-batch and process")
+    ap.add_argument("--global-batch", type=int,
+                    help="sequences per step (= batch * grad_accum * world size)")
+    ap.add_argument("--seq", type=int, help="sequence length in bytes")
+    ap.add_argument("--grad-accum", type=int, default=d.grad_accum)
+    ap.add_argument("--lr", type=float, help="peak learning rate (default: the preset's)")
+    ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--data", help="text file or folder (default: the stdlib's .py files)")
+    ap.add_argument("--device", default=d.device, help="cpu, cuda or cuda:N")
+    ap.add_argument("--eval-every", type=int)
+    ap.add_argument("--eval-batches", type=int, default=d.eval_batches)
+    ap.add_argument("--log-every", type=int)
+    ap.add_argument("--out", help="checkpoint folder")
+    ap.add_argument("--results", help="JSON-lines file to append the record to")
+    ap.add_argument("--resume", action="store_true", help="continue the run in --out")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="start afresh even if --out holds a checkpoint (it is replaced)")
+    ap.add_argument("--stop-after", type=int, help="checkpoint and stop after this step")
+    ap.add_argument("--ckpt-every", type=int)
+    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--warmup", type=float, default=d.warmup)
+    ap.add_argument("--final-lr", type=float, default=d.final_lr)
+    ap.add_argument("--betas", type=float, nargs=2, default=list(d.betas))
+    ap.add_argument("--eps", type=float, default=d.eps)
+    ap.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    ap.add_argument("--clip", type=float, default=d.clip)
+    ap.add_argument("--diverge-loss", type=float)
+    ap.add_argument("--storage", default=d.storage, choices=STORAGES,
+                    help="where the quantized weights live")
+    ap.add_argument("--fsdp", action="store_true",
+                    help="shard parameters and optimizer states with FSDP2 (needs --storage "
+                         "param; run under torchrun)")
+    return ap
+
+
+def main(argv=None) -> int:
+    """Command-line entry point (``python -m ecosim.torch.lm``)."""
+    ap = _parser()
+    args = vars(ap.parse_args(argv))
+    if args.pop("list"):
+        print(_listing())
+        return 0
+    args["betas"] = tuple(args["betas"])
+
+    def fail(err: Exception) -> int:  # one line on stderr, exit status 2
+        print(f"{ap.prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    try:
+        cfg = LMConfig(**args)
+        cfg.resolved(int(os.environ.get("WORLD_SIZE", "1")))  # batch arithmetic, early
+    except (ValueError, FileNotFoundError, NotImplementedError) as err:
+        return fail(err)
+    try:
+        rec = train(cfg)
+    except (FileExistsError, FileNotFoundError, CheckpointError, _data.CorpusError) as err:
+        return fail(err)  # the checkpoint folder, the checkpoint or the corpus
+    if int(os.environ.get("RANK", "0")) == 0 and not cfg.quiet:
+        if rec.get("finished") is False:
+            print(f"stopped at step {rec['step']}; resume with --resume (checkpoint "
+                  f"{rec['checkpoint']})")
+        else:
+            print(json.dumps({k: rec[k] for k in ("preset", "method", "steps_done",
+                                                  "final_train_loss", "val_loss", "diverged",
+                                                  "tokens_per_s", "wall_s")}))
+    return 0

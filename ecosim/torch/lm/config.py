@@ -1,0 +1,248 @@
+"""The run's settings: Table 1's methods, :class:`LMConfig` and the learning-rate schedule.
+
+Part of :mod:`ecosim.torch.lm` (whose docstring gives the recipe and the results record).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ... import quantizer as _np_quantizer
+from ..model import get_preset
+from ..quantizer import Quantizer
+
+__all__ = ["METHODS", "STORAGES", "TABLE1_METHODS", "LMConfig", "Method", "lr_factor"]
+
+STORAGES = ("codes", "param")
+
+
+@dataclass(frozen=True)
+class Method:
+    """A row of Table 1: the weight-update scheme and the weight quantizer.
+
+    Attributes:
+        scheme: ``"master"``, ``"naive"`` or ``"eco"`` (None: no quantization, plain AdamW).
+        fmt: weight format (``"float8_e4m3fn"``, ``"bfloat16"``) or None.
+        mode: ``"rtn"`` or ``"sr"`` (None when unquantized).
+    """
+
+    scheme: str | None
+    fmt: str | None = None
+    mode: str | None = None
+
+    def quantizer(self) -> Quantizer | None:
+        """The weight quantizer: E4M3 (and other 8-bit and narrower formats) with row-wise
+        absmax scales; 16-bit formats unscaled (their range needs no scale)."""
+        if self.fmt is None:
+            return None
+        if self.fmt in ("bfloat16", "float16"):
+            return Quantizer(self.fmt, self.mode, scale=1.0)
+        return Quantizer(self.fmt, self.mode, granularity="row")
+
+    def numpy_quantizer(self):
+        """The same quantizer for :mod:`ecosim.memory`'s formulas."""
+        q = self.quantizer()
+        if q is None:
+            return None
+        return _np_quantizer.Quantizer(q.fmt, q.mode, q.granularity, q.scale)
+
+
+METHODS: dict[str, Method] = {
+    "fp32": Method(None),
+    "bf16_master": Method("master", "bfloat16", "rtn"),
+    "fp8_master_rtn": Method("master", "float8_e4m3fn", "rtn"),
+    "fp8_master_sr": Method("master", "float8_e4m3fn", "sr"),
+    "fp8_naive_rtn": Method("naive", "float8_e4m3fn", "rtn"),
+    "fp8_naive_sr": Method("naive", "float8_e4m3fn", "sr"),
+    "fp8_eco_rtn": Method("eco", "float8_e4m3fn", "rtn"),
+    "fp8_eco_sr": Method("eco", "float8_e4m3fn", "sr"),
+}
+TABLE1_METHODS = tuple(m for m in METHODS if m != "fp32")
+
+
+def _positive_int(name, v, allow_none=False):
+    if v is None and allow_none:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """One training run (see the module docstring for the recipe). None fields take the
+    preset's (or a derived) default in :meth:`resolved`.
+
+    Attributes:
+        preset: a key of :data:`ecosim.torch.model.PRESETS`.
+        method: a key of :data:`METHODS`.
+        steps: optimizer steps of the whole run (the schedule's length).
+        batch: sequences per micro-batch, per process (default: the preset's, or
+            ``global_batch / (grad_accum * world_size)``).
+        global_batch: sequences per optimizer step; must equal
+            ``batch * grad_accum * world_size``.
+        seq: sequence length in bytes (default: the preset's).
+        grad_accum: micro-batches accumulated per process and step.
+        lr: peak learning rate (default: the preset's).
+        seed: root of every random draw (init, data, SR).
+        data: a text file or folder; None is the standard library's ``.py`` sources.
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        eval_every: validation every this many steps and at the end (default ``steps // 10``).
+        eval_batches: validation batches (of ``batch`` x ``seq``) per evaluation.
+        log_every: a curve point (mean training loss since the last) every this many steps
+            (default ``steps // 100``).
+        out: checkpoint folder (None: no checkpoint).
+        results: JSON-lines file the record is appended to (None: not written).
+        resume: continue the run checkpointed in ``out``.
+        overwrite: start afresh even though ``out`` holds a checkpoint (which the new run
+            replaces); without it (or ``resume``) an existing checkpoint is an error.
+        stop_after: stop (checkpointing) after this step, to be resumed later.
+        ckpt_every: also checkpoint every this many steps (always at the end and at a stop).
+        quiet: no progress bar and no log lines.
+        warmup: fraction of the steps with a linear warmup.
+        final_lr: the cosine's end, as a fraction of the peak.
+        betas, eps, weight_decay: AdamW's.
+        clip: global gradient-norm clipping threshold (0 disables clipping).
+        diverge_loss: a training loss above this counts as diverged (default 1.5 ln vocab).
+        storage: where the quantized weights live: ``"codes"`` (default: real low-precision
+            codes plus row scales in :class:`ecosim.torch.nn.QuantizedLinear` layers, no FP32
+            copy between steps) or ``"param"`` (dequantized FP32 values in ordinary
+            parameters, the codes recoverable with ``ECOAdamW.encoded``; needed by
+            ``fsdp``). Both give the same
+            trajectory for naive and ECO, bit for bit; the master schemes start their master
+            copy from ``q(W_0)`` with ``"codes"`` and from ``W_0`` with ``"param"``.
+        fsdp: shard every parameter on dim 0 with FSDP2 (``fully_shard`` on each block and
+            on the root; needs ``storage="param"``). The optimizers work on each process's
+            rows (:class:`~ecosim.torch.ECOAdamW` takes the DTensor parameters: row-wise
+            scales stay within a process and SR draws use the global element counters), so
+            the trajectory equals the unsharded one bit for bit (tests/test_torch_fsdp.py).
+    """
+
+    preset: str = "tiny"
+    method: str = "fp8_eco_sr"
+    steps: int = 200
+    batch: int | None = None
+    global_batch: int | None = None
+    seq: int | None = None
+    grad_accum: int = 1
+    lr: float | None = None
+    seed: int = 0
+    data: str | None = None
+    device: str = "cpu"
+    eval_every: int | None = None
+    eval_batches: int = 8
+    log_every: int | None = None
+    out: str | None = None
+    results: str | None = None
+    resume: bool = False
+    overwrite: bool = False
+    stop_after: int | None = None
+    ckpt_every: int | None = None
+    quiet: bool = False
+    warmup: float = 0.1
+    final_lr: float = 0.1
+    betas: tuple = (0.9, 0.98)
+    eps: float = 1e-9
+    weight_decay: float = 0.1
+    clip: float = 1.0
+    diverge_loss: float | None = None
+    storage: str = "codes"
+    fsdp: bool = False
+
+    def __post_init__(self):
+        get_preset(self.preset)
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; choose one of {list(METHODS)}")
+        _positive_int("steps", self.steps)
+        _positive_int("grad_accum", self.grad_accum)
+        _positive_int("eval_batches", self.eval_batches)
+        for f in ("batch", "global_batch", "seq", "eval_every", "log_every", "stop_after",
+                  "ckpt_every"):
+            _positive_int(f, getattr(self, f), allow_none=True)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+        if not 0.0 <= self.warmup < 1.0:
+            raise ValueError(f"warmup must be a fraction in [0, 1), got {self.warmup!r}")
+        if not 0.0 < self.final_lr <= 1.0:
+            raise ValueError(f"final_lr must be in (0, 1] (ECO divides by the lr), "
+                             f"got {self.final_lr!r}")
+        if len(tuple(self.betas)) != 2:
+            raise ValueError(f"betas must be a pair, got {self.betas!r}")
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas must lie in [0, 1), got {self.betas!r}")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise ValueError(f"eps must be a finite number > 0, got {self.eps!r}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be a finite number >= 0, "
+                             f"got {self.weight_decay!r}")
+        if self.clip < 0:
+            raise ValueError(f"clip must be >= 0 (0: off), got {self.clip!r}")
+        if self.storage not in STORAGES:
+            raise ValueError(f"storage must be one of {STORAGES}, got {self.storage!r}")
+        if self.data is not None and not Path(self.data).exists():
+            raise FileNotFoundError(f"data path {self.data!r} does not exist")
+        if (self.resume or self.stop_after is not None) and self.out is None:
+            raise ValueError("resume and stop_after need an out folder for the checkpoint")
+        if self.resume and self.overwrite:
+            raise ValueError("resume continues the checkpointed run and overwrite replaces it: "
+                             "pass one of them, not both")
+        if self.stop_after is not None and self.stop_after >= self.steps:
+            raise ValueError(f"stop_after={self.stop_after} must be below steps={self.steps}")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
+        if self.fsdp and self.storage != "param":
+            raise ValueError(
+                f"fsdp needs storage='param' (--storage param), got storage={self.storage!r}: "
+                "a QuantizedLinear holds its codes in buffers and takes its gradient through a "
+                "one-element GradSlot parameter broadcast to the weight's shape, which FSDP2 "
+                "cannot shard (it shards parameters, not buffers, and a slot has no rows)")
+
+    def resolved(self, world_size: int = 1) -> "LMConfig":
+        """This config with every None default filled in for ``world_size`` processes.
+
+        Raises:
+            ValueError: ``global_batch`` is not ``batch * grad_accum * world_size``.
+        """
+        p = get_preset(self.preset)
+        per_step = self.grad_accum * world_size
+        batch = self.batch
+        if self.global_batch is not None:
+            if self.global_batch % per_step:
+                raise ValueError(f"global_batch={self.global_batch} is not divisible by "
+                                 f"grad_accum * world_size = {self.grad_accum} * {world_size}")
+            if batch is not None and batch * per_step != self.global_batch:
+                raise ValueError(f"batch * grad_accum * world_size = {batch * per_step} != "
+                                 f"global_batch={self.global_batch}")
+            batch = self.global_batch // per_step
+        batch = batch or p.batch
+        return dataclasses.replace(
+            self, batch=batch, global_batch=batch * per_step, seq=self.seq or p.seq,
+            lr=self.lr or p.lr, eval_every=self.eval_every or max(1, self.steps // 10),
+            log_every=self.log_every or max(1, self.steps // 100),
+            diverge_loss=(self.diverge_loss if self.diverge_loss is not None
+                          else 1.5 * math.log(p.model.vocab)))
+
+
+def lr_factor(step: int, steps: int, warmup: float = 0.1, final: float = 0.1) -> float:
+    """Learning-rate multiplier of ``step`` (0-based): linear warmup over the first
+    ``n = round(warmup * steps)`` steps (``1/n, 2/n, ..., 1``), then a cosine from 1 at step
+    ``n`` down to ``final`` at the last step, ``steps - 1`` (and ``final`` after it).
+
+    Example:
+        >>> [round(lr_factor(s, 100), 3) for s in (0, 9, 10, 54, 55, 99)]
+        [0.1, 1.0, 1.0, 0.558, 0.542, 0.1]
+    """
+    n = round(warmup * steps)
+    if step < n:
+        return (step + 1) / n
+    progress = min(1.0, (step - n) / max(1, steps - n - 1))
+    return final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
