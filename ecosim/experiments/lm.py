@@ -41,27 +41,25 @@ from typing import ClassVar
 
 import numpy as np
 
+from .. import recipes
 from .base import Config, ConfigError, at_least, distinct, experiment
 
 __all__ = ["LMTableConfig", "METHODS", "method_parts", "records_to_results", "read_records",
            "run_setting", "describe_setting", "unique_runs"]
 
 #: Table 1's seven methods, in the paper's order (names of ``python -m ecosim.torch.lm``).
-METHODS = ("bf16_master", "fp8_master_rtn", "fp8_master_sr", "fp8_naive_rtn", "fp8_naive_sr",
-           "fp8_eco_rtn", "fp8_eco_sr")
+METHODS = tuple(m.name for m in recipes.TABLE1)
 
 
 def method_parts(method: str) -> tuple[str, str, str]:
     """``(weights, scheme, mode)`` of a method name, e.g. ``fp8_eco_sr -> (e4m3, eco, sr)``."""
-    if method == "bf16_master":
-        return "bf16", "master", "rtn"
     if method == "fp32":
         return "fp32", "fp", "rtn"
-    parts = method.split("_")
-    if len(parts) != 3 or parts[0] != "fp8" or parts[1] not in ("master", "naive", "eco") \
-            or parts[2] not in ("rtn", "sr"):
-        raise ValueError(f"unknown method {method!r}; expected one of {METHODS} or 'fp32'")
-    return "e4m3", parts[1], parts[2]
+    try:
+        return recipes.by_name(method).parts("e4m3")
+    except ValueError:
+        raise ValueError(f"unknown method {method!r}; expected one of {METHODS} or 'fp32'") \
+            from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -5,11 +5,12 @@ hidden ReLU layers of width ``w``, 2 outputs, a *linear* teacher with label nois
 irreducible validation loss is ``2 * 0.3**2 / 2 = 0.09``), 2048 training and 512 validation
 examples built once from ``data_key``. Training follows the paper's recipe at small scale:
 AdamW with ``b = (0.9, 0.98)``, ``eps = 1e-9``, linear warmup over 10% of the steps from 0.01x
-then cosine decay to 0.1x the peak (:class:`~ecosim.optim.WarmupCosine`), mini-batches of 8.
+then cosine decay to 0.1x the peak (:func:`ecosim.recipes.schedule`), mini-batches of 8.
 The three weight matrices are stored in the weight format; the biases stay in float32 (the
 paper quantizes only the linear layers).
 
-The seven methods of the paper's Table 1 (docs/theory.md §7), as ``(weights, scheme, mode)``:
+The seven methods of the paper's Table 1 (docs/theory.md §7; defined in :mod:`ecosim.recipes`),
+as ``(weights, scheme, mode)``:
 
 * ``bf16 / master / rtn``: "BF16 w/ master": an FP32 master copy, the model's weights its
   bfloat16 cast (RTN with scale 1, as in mixed-precision training);
@@ -47,10 +48,10 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from .. import memory, rng
-from ..optim import adamw, warmup_cosine
+from .. import memory, recipes, rng
+from ..optim import adamw
 from ..problems import MLP
-from ..quantizer import Quantizer
+from ..recipes import WEIGHT_FORMATS, method_label, weight_quantizer
 from ..train import initial_point, train
 from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
                    nonempty, one_of, positive)
@@ -58,43 +59,10 @@ from .base import (Config, ConfigError, at_least, distinct, experiment, interval
 __all__ = ["MLPMethodsConfig", "METHODS", "WEIGHT_FORMATS", "MEMORY_BUFFERS", "method_label",
            "weight_quantizer", "make_problem", "run_training", "single_thread_blas"]
 
-#: weight formats by short name: (format, granularity) of the absmax-scaled quantizer
-WEIGHT_FORMATS = {
-    "fp8": ("float8_e4m3fn", "row"),
-    "int4": ("int4", "tensor"),
-}
 #: Table 1's rows, in its order, as (weights, scheme, mode); "W" is the low-precision format
-METHODS = (
-    ("bf16", "master", "rtn"),
-    ("W", "master", "rtn"),
-    ("W", "master", "sr"),
-    ("W", "naive", "rtn"),
-    ("W", "naive", "sr"),
-    ("W", "eco", "rtn"),
-    ("W", "eco", "sr"),
-)
+METHODS = tuple((m.weights, m.scheme, m.mode) for m in recipes.TABLE1)
 #: the fields of :class:`ecosim.memory.Memory`, the order of the ``mem_*`` result columns
 MEMORY_BUFFERS = memory.Memory._fields
-
-_SCHEME_LABELS = {"master": "w/ master", "naive": "naive", "eco": "ECO"}
-
-
-def method_label(weights: str, scheme: str, mode: str) -> str:
-    """Table 1's name of a method: ``"BF16 w/ master"``, ``"FP8 ECO + SR"`` ..."""
-    if weights == "bf16":
-        return "BF16 w/ master"
-    if scheme == "fp":
-        return "FP32"
-    return f"{weights.upper()} {_SCHEME_LABELS[scheme]} + {mode.upper()}"
-
-
-def weight_quantizer(weights: str, mode: str) -> Quantizer:
-    """The quantizer of the stored weights: ``"bf16"`` (a plain cast: RTN, scale 1), or a
-    name of :data:`WEIGHT_FORMATS` with absmax scales and the given rounding."""
-    if weights == "bf16":
-        return Quantizer("bfloat16", "rtn", scale=1.0)
-    fmt, granularity = WEIGHT_FORMATS[weights]
-    return Quantizer(fmt, mode, granularity=granularity)
 
 
 def make_problem(cfg, width: int) -> MLP:
@@ -176,9 +144,9 @@ class MLPMethodsConfig(Config):
     seeds: int = 8
     steps: int = 1500
     lr: float = 3e-3                               # peak of warmup + cosine
-    b1: float = 0.9
-    b2: float = 0.98
-    eps: float = 1e-9
+    b1: float = recipes.BETAS[0]
+    b2: float = recipes.BETAS[1]
+    eps: float = recipes.EPS
     weight_decay: float = 0.0
     batch_size: int = 8
     n_train: int = 2048
@@ -234,7 +202,7 @@ def mlp_methods(cfg: MLPMethodsConfig, unit: dict) -> dict:
     problem = make_problem(cfg, unit["width"])
     q = weight_quantizer(unit["weights"], unit["mode"])
     policy = {n: q for n in problem.quantized_names("matrices")}
-    opt = adamw(warmup_cosine(cfg.lr, cfg.steps), cfg.b1, cfg.b2, cfg.eps, cfg.weight_decay,
+    opt = adamw(recipes.schedule(cfg.lr, cfg.steps), cfg.b1, cfg.b2, cfg.eps, cfg.weight_decay,
                 scheme=unit["scheme"], weights=policy)
     out = run_training(problem, opt, cfg.steps, key=rng.fold_in(cfg.key, "mlp", unit["seed"]),
                        batch_size=cfg.batch_size, log_every=cfg.log_every,

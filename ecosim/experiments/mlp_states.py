@@ -30,8 +30,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import memory, rng
-from ..optim import adamw, sgdm, warmup_cosine
+from .. import memory, recipes, rng
+from ..optim import adamw, sgdm
 from ..quantizer import Quantizer
 from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
                    nonempty, positive)
@@ -146,9 +146,9 @@ class MLPStatesConfig(Config):
     seeds: int = 8
     steps: int = 1500
     adamw_lr: float = 3e-3
-    b1: float = 0.9
-    b2: float = 0.98
-    eps: float = 1e-9
+    b1: float = recipes.BETAS[0]
+    b2: float = recipes.BETAS[1]
+    eps: float = recipes.EPS
     sgdm_lr: float = 0.1
     beta: float = 0.9
     batch_size: int = 8
@@ -192,10 +192,10 @@ def build_optimizer(cfg: MLPStatesConfig, variant: str, problem):
     sq = {k: state_quantizer_of(s) for k, s in states.items()}
     sq = {k: s for k, s in sq.items() if s is not None}
     if opt_name == "adamw":
-        opt = adamw(warmup_cosine(cfg.adamw_lr, cfg.steps), cfg.b1, cfg.b2, cfg.eps, 0.0,
+        opt = adamw(recipes.schedule(cfg.adamw_lr, cfg.steps), cfg.b1, cfg.b2, cfg.eps, 0.0,
                     scheme=scheme, weights=policy, states=sq)
     else:
-        opt = sgdm(warmup_cosine(cfg.sgdm_lr, cfg.steps), cfg.beta, scheme=scheme,
+        opt = sgdm(recipes.schedule(cfg.sgdm_lr, cfg.steps), cfg.beta, scheme=scheme,
                    weights=policy, states=sq)
     return opt, q
 

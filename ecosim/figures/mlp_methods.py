@@ -2,7 +2,8 @@
 
 Both read the ``mlp_methods`` experiment (:mod:`ecosim.experiments.mlp_methods`). Figure 8 also
 writes its table as markdown (``mlp_table.md``, :func:`mlp_table_markdown`) beside the paper's
-Table 1, whose numbers are copied here from the paper (:data:`PAPER_TABLE1`).
+Table 1, whose numbers are copied from the paper into :mod:`ecosim.recipes`
+(:data:`PAPER_TABLE1`).
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import math
 import numpy as np
 from matplotlib.lines import Line2D
 
+from .. import recipes
 from ..experiments.mlp_methods import METHODS, method_label
+from ..recipes import PAPER_SIZES
 from . import style
 from .base import figure
 
@@ -20,16 +23,8 @@ __all__ = ["mlp_curves", "mlp_table", "mlp_table_markdown", "PAPER_TABLE1", "PAP
 
 #: Table 1 of Nikdan et al., "ECO: Quantized Training without Full-Precision Master Weights"
 #: (arXiv 2601.22101): final C4 validation loss of Llama-style models; None = not reported.
-PAPER_SIZES = ("30M", "50M", "100M", "200M", "430M", "800M")
-PAPER_TABLE1 = (
-    ("BF16 w/ master", (3.3238, 3.1616, 2.9811, 2.8157, 2.6464, 2.5306)),
-    ("FP8 w/ master + RTN", (3.3248, 3.1668, 2.9846, 2.8194, 2.6490, 2.5343)),
-    ("FP8 w/ master + SR", (3.3309, 3.1719, 2.9884, 2.8231, 2.6500, None)),
-    ("FP8 naive + RTN", ("diverged",) * 6),
-    ("FP8 naive + SR", (3.4008, 3.2563, 3.1006, 2.9684, 2.8378, 2.9471)),
-    ("FP8 ECO + RTN", (3.3640, 3.1862, 3.0025, 2.8776, 2.7237, 2.6046)),
-    ("FP8 ECO + SR", (3.3317, 3.1695, 2.9888, 2.8241, 2.6544, 2.5399)),
-)
+#: The rows are :data:`ecosim.recipes.TABLE1`'s, with their FP8 labels.
+PAPER_TABLE1 = tuple((m.label("fp8"), m.paper) for m in recipes.TABLE1)
 
 _MARKERS = {"bf16": "D", "master": "o", "naive": "s", "eco": "^"}
 
@@ -232,9 +227,7 @@ def mlp_curves(mlp_methods):
 
 
 def _fmt_name(fmt: str) -> str:
-    from ..experiments.mlp_methods import WEIGHT_FORMATS
-
-    return WEIGHT_FORMATS[fmt][0] if fmt in WEIGHT_FORMATS else fmt
+    return recipes.WEIGHT_FORMATS[fmt][0] if fmt in recipes.WEIGHT_FORMATS else fmt
 
 
 # -- figure 8 ------------------------------------------------------------------------------------

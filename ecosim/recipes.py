@@ -1,0 +1,135 @@
+"""The ECO paper's Table 1 methods and its training recipe, defined once.
+
+Every experiment, figure and runner that speaks of Table 1 (Nikdan et al., "ECO: Quantized
+Training without Full-Precision Master Weights", arXiv 2601.22101; docs/theory.md §7) reads it
+from here: the seven methods, in the paper's order, each as the weight scheme of
+:mod:`ecosim.optim`, the rounding of the stored weights and their format, with its name, its
+label and the validation losses the paper reports for it; and the recipe (AdamW's
+hyperparameters and the warmup-cosine schedule).
+
+A method's weights are ``"bf16"`` (BF16 with an FP32 master copy: a plain bfloat16 cast, RTN
+with scale 1, as in mixed-precision training) or ``"W"``, the low-precision format a run
+chooses from :data:`WEIGHT_FORMATS`: ``fp8`` (FP8 E4M3 with one absmax scale per output row,
+the paper's pre-training format) or ``int4`` (INT4 with one absmax scale per tensor, its
+fine-tuning format).
+
+Example:
+    >>> [m.name for m in TABLE1][:3]
+    ['bf16_master', 'fp8_master_rtn', 'fp8_master_sr']
+    >>> method_label("int4", "eco", "sr"), by_name("fp8_naive_rtn").paper[0]
+    ('INT4 ECO + SR', 'diverged')
+    >>> s = schedule(1e-3, 1000)
+    >>> s(0), s(100), s(999)
+    (1e-05, 0.001, 0.0001)
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .optim.schedules import WarmupCosine
+from .quantizer import Quantizer
+
+__all__ = ["Method", "TABLE1", "PAPER_SIZES", "WEIGHT_FORMATS", "BETAS", "EPS",
+           "WEIGHT_DECAY", "CLIP", "WARMUP_FRAC", "INIT_FRAC", "FINAL_FRAC", "schedule",
+           "method_label", "weight_quantizer", "by_name"]
+
+#: the model sizes of Table 1's columns (Llama-style models trained on C4)
+PAPER_SIZES = ("30M", "50M", "100M", "200M", "430M", "800M")
+
+#: low-precision weight formats by short name: (format, granularity) of the absmax scales
+WEIGHT_FORMATS = {
+    "fp8": ("float8_e4m3fn", "row"),
+    "int4": ("int4", "tensor"),
+}
+
+# The recipe: AdamW (b1, b2), eps and weight decay, gradient clipping, and the schedule:
+# linear warmup over WARMUP_FRAC of the steps from INIT_FRAC x the peak, cosine to FINAL_FRAC.
+BETAS = (0.9, 0.98)
+EPS = 1e-9
+WEIGHT_DECAY = 0.1
+CLIP = 1.0
+WARMUP_FRAC = 0.1
+INIT_FRAC = 0.01
+FINAL_FRAC = 0.1
+
+_SCHEME_LABELS = {"master": "w/ master", "naive": "naive", "eco": "ECO"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """A row of Table 1.
+
+    Attributes:
+        weights: ``"bf16"`` or ``"W"`` (the run's low-precision format).
+        scheme: the weight-update scheme of :mod:`ecosim.optim` (``master``, ``naive``,
+            ``eco``).
+        mode: the rounding of the stored weights (``rtn``, ``sr``).
+        paper: the final validation loss the paper reports for each of :data:`PAPER_SIZES`
+            (None: not reported; ``"diverged"``).
+    """
+
+    weights: str
+    scheme: str
+    mode: str
+    paper: tuple
+
+    @property
+    def name(self) -> str:
+        """The name of the FP8 row (``"bf16_master"``, ``"fp8_eco_sr"``), as the language
+        model runner calls it."""
+        return "bf16_master" if self.weights == "bf16" else f"fp8_{self.scheme}_{self.mode}"
+
+    def label(self, fmt: str = "fp8") -> str:
+        """Table 1's label with ``W`` = ``fmt`` (``"FP8 ECO + SR"``)."""
+        return method_label(self.weights if self.weights == "bf16" else fmt, self.scheme,
+                            self.mode)
+
+    def parts(self, fmt: str = "fp8") -> tuple[str, str, str]:
+        """``(weights, scheme, mode)`` with ``W`` = ``fmt``."""
+        return (self.weights if self.weights == "bf16" else fmt), self.scheme, self.mode
+
+
+#: Table 1's rows, in its order, with the paper's final C4 validation losses
+TABLE1 = (
+    Method("bf16", "master", "rtn", (3.3238, 3.1616, 2.9811, 2.8157, 2.6464, 2.5306)),
+    Method("W", "master", "rtn", (3.3248, 3.1668, 2.9846, 2.8194, 2.6490, 2.5343)),
+    Method("W", "master", "sr", (3.3309, 3.1719, 2.9884, 2.8231, 2.6500, None)),
+    Method("W", "naive", "rtn", ("diverged",) * 6),
+    Method("W", "naive", "sr", (3.4008, 3.2563, 3.1006, 2.9684, 2.8378, 2.9471)),
+    Method("W", "eco", "rtn", (3.3640, 3.1862, 3.0025, 2.8776, 2.7237, 2.6046)),
+    Method("W", "eco", "sr", (3.3317, 3.1695, 2.9888, 2.8241, 2.6544, 2.5399)),
+)
+
+
+def by_name(name: str) -> Method:
+    """The method of a name of :attr:`Method.name` (ValueError for any other)."""
+    for m in TABLE1:
+        if m.name == name:
+            return m
+    raise ValueError(f"unknown method {name!r}; expected one of {[m.name for m in TABLE1]}")
+
+
+def method_label(weights: str, scheme: str, mode: str) -> str:
+    """Table 1's name of a method: ``"BF16 w/ master"``, ``"FP8 ECO + SR"`` ... (``"FP32"``
+    for the unquantized scheme ``"fp"``)."""
+    if weights == "bf16":
+        return "BF16 w/ master"
+    if scheme == "fp":
+        return "FP32"
+    return f"{weights.upper()} {_SCHEME_LABELS[scheme]} + {mode.upper()}"
+
+
+def weight_quantizer(weights: str, mode: str) -> Quantizer:
+    """The quantizer of the stored weights: ``"bf16"`` (a plain cast: RTN, scale 1), or a
+    name of :data:`WEIGHT_FORMATS` with absmax scales and the given rounding."""
+    if weights == "bf16":
+        return Quantizer("bfloat16", "rtn", scale=1.0)
+    fmt, granularity = WEIGHT_FORMATS[weights]
+    return Quantizer(fmt, mode, granularity=granularity)
+
+
+def schedule(peak: float, steps: int) -> WarmupCosine:
+    """The recipe's learning rate: linear warmup over :data:`WARMUP_FRAC` of ``steps`` from
+    :data:`INIT_FRAC` x ``peak``, then cosine decay to :data:`FINAL_FRAC` x ``peak``."""
+    return WarmupCosine(peak, steps, warmup_frac=WARMUP_FRAC, init_frac=INIT_FRAC,
+                        final_frac=FINAL_FRAC)
