@@ -172,3 +172,142 @@ def test_weights_on_a_plain_conv_parameter_refused():
     with pytest.raises(ValueError, match=r"'weight' has shape \(4, 3, 3, 3\).*quantize_model"):
         ECOAdamW(conv.named_parameters(), 1e-3, weights=Q)
     ECOAdamW(conv.named_parameters(), 1e-3, weights=et.Quantizer("e4m3"))  # tensor-wise: fine
+
+
+# -- whole models --------------------------------------------------------------------------------
+
+class _Block(nn.Module):
+    def __init__(self, c_in, c_out, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.down = (nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
+                                   nn.BatchNorm2d(c_out)) if stride != 1 or c_in != c_out
+                     else nn.Identity())
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + self.down(x))
+
+
+def resnet(width=16, classes=10):
+    """A small ResNet (torchvision's layout: stem, residual blocks, pooled linear head)."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width),
+                         nn.ReLU(), _Block(width, width, 1), _Block(width, 2 * width, 2),
+                         _Block(2 * width, 4 * width, 2), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(4 * width, classes))
+
+
+def vit_block(d=64, heads=4):
+    """A ViT encoder block: pre-norm attention (nn.MultiheadAttention) and an MLP."""
+    torch.manual_seed(0)
+    return nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True,
+                                      norm_first=True)
+
+
+class _TinyLM(nn.Module):
+    def __init__(self, v=11, d=8):
+        super().__init__()
+        self.emb = nn.Embedding(v, d)
+        self.ln = nn.LayerNorm(d)
+        self.mlp = nn.Linear(d, d)
+        self.head = nn.Linear(d, v, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, t):
+        return self.head(self.mlp(self.ln(self.emb(t))))
+
+
+def test_quantize_model_resnet_reports_and_trains():
+    model = resnet()
+    ref = copy.deepcopy(model)
+    rep = et.quantize_model(model, Q, key=0)
+    assert rep.n_matrices == 10 and len(rep.names) == 10 and not rep.skipped
+    assert all(isinstance(m, (et.QuantizedConv, QuantizedLinear)) for m in
+               (model[0], model[3].conv1, model[4].down[0], model[8]))
+    assert str(rep) == "stored 10 of 10 weight matrices, 99.1% of parameters"
+    assert rep.stored_params == sum(p.numel() for n, p in ref.named_parameters()
+                                    if p.ndim >= 2)
+    assert model[0].scales.numel() == 16  # one per output channel
+    groups = rep.param_groups()
+    assert [len(g["params"]) for g in groups] == [10, 19]
+    opt = ECOAdamW(groups, 1e-2, scheme="eco", key=0)
+    x, y = torch.randn(8, 3, 12, 12), torch.randint(0, 10, (8,))
+    losses = []
+    for _ in range(10):
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    mem = et.measured_memory(model, opt).per_param()
+    assert mem["weights"] < 1.1  # FP8 codes, 4 bytes per output channel, FP32 norms
+
+
+def test_quantize_model_skips_embeddings_norms_tied_head_and_named():
+    lm = _TinyLM()
+    rep = et.quantize_model(lm, Q)
+    assert rep.names == ("mlp.weight",)
+    assert rep.skipped == {"emb": "Embedding", "head": "tied weight"}
+    assert str(rep) == ("stored 1 of 2 weight matrices, 36.4% of parameters; kept in full "
+                        "precision: Embedding: emb; tied weight: head")
+    assert lm.head.weight is lm.emb.weight
+    block = vit_block(16, 2)
+    rep = et.quantize_model(block, Q, skip=["linear*"])
+    assert rep.names == ("self_attn.in_proj_weight", "self_attn.out_proj.weight")
+    assert rep.skipped == {"linear1": "skip=", "linear2": "skip="}
+    with pytest.raises(ValueError, match="nothing to store"):
+        et.quantize_model(nn.Sequential(nn.Embedding(3, 2)), Q)
+    with pytest.raises(TypeError, match="skip must be"):
+        et.quantize_model(resnet(), Q, skip=[1])
+    with pytest.raises(TypeError, match="quantizer must be"):
+        et.quantize_model(resnet(), "e4m3")
+
+
+def test_unstore_weights_round_trip_and_ema():
+    """unstore_weights gives the original architecture back (its state_dict loads into a fresh
+    one, outputs equal); ema_update averages stored weights into a plain copy."""
+    model = resnet()
+    et.quantize_model(model, Q)
+    x = torch.randn(2, 3, 8, 8)
+    model.eval()
+    with torch.no_grad():
+        y = model(x)
+    plain = et.unstore_weights(copy.deepcopy(model))
+    fresh = resnet()
+    fresh.load_state_dict(plain.state_dict())
+    fresh.eval()
+    with torch.no_grad():
+        assert torch.equal(fresh(x), y)
+    assert torch.equal(fresh[0].weight, model[0].read())
+    ema = et.unstore_weights(copy.deepcopy(model))
+    before = ema[0].weight.detach().clone()
+    model[0].write(model[0].read() * 2, key=7)
+    et.ema_update(ema, model, 0.75)
+    assert torch.equal(ema[0].weight, before.lerp(model[0].read(), 0.25))
+    with pytest.raises(ValueError, match="decay"):
+        et.ema_update(ema, model, 1.5)
+    with pytest.raises(ValueError, match="different parameters"):
+        et.ema_update(ema, resnet(8), 0.5)
+    stored_ema = copy.deepcopy(model)  # a stored EMA: averaged, then written back
+    et.ema_update(stored_ema, model, 0.5)
+    assert torch.equal(stored_ema[0].read(), model[0].read())
+    assert isinstance(et.unstore_weights(et.store_module(nn.Linear(3, 2), Q)), nn.Linear)
+
+
+def test_to_float64_converts_read_and_scales():
+    layer = et.store_module(nn.Conv2d(2, 3, 3), Q)
+    r32, s32 = layer.read(), layer.scales.clone()
+    layer.double()
+    assert layer.read().dtype == torch.float64 and layer.scales.dtype == torch.float64
+    # the float64 products code * s are exact: rounded to float32 they are float32's
+    assert torch.equal(layer.read().float(), r32) and torch.equal(layer.scales, s32.double())
+    y = layer(torch.randn(1, 2, 5, 5, dtype=torch.float64))
+    y.sum().backward()
+    assert layer.weight.grad.dtype == torch.float64
+    layer.float()
+    assert torch.equal(layer.read(), r32) and layer.scales.dtype == torch.float32

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from .layers import _candidates, _ties, _weights_of, store_weights
-from .nn import QuantizedLinear, stored
+from .nn import QuantizedLinear, _Codec, _raw, stored
 from .quantizer import Quantizer
 
 __all__ = ["QuantizeReport", "quantize_model", "unstore_weights", "ema_update"]
@@ -172,6 +172,15 @@ def _is_stored_module(mod) -> bool:
     return isinstance(mod, (QuantizedLinear, QuantizedMultiheadAttention))
 
 
+def _write_rtn(layer: QuantizedLinear, x: torch.Tensor) -> None:
+    """Store ``q(x)`` in ``layer`` with round-to-nearest (whatever the layer's mode)."""
+    rtn = _Codec(dataclasses.replace(layer.quantizer, mode="rtn"))
+    _, codes, scales = rtn.encode(layer._to_matrix(x.to(layer._value_dtype)), None)
+    layer.codes.copy_(_raw(codes))
+    if scales is not None:
+        layer.scales.copy_(_raw(scales))
+
+
 def _values(model: nn.Module) -> dict[str, tuple[torch.Tensor, object]]:
     """``{name: (current values, layer or None)}`` of the parameters, stored ones by their
     store's name (the original parameter name)."""
@@ -195,7 +204,8 @@ def ema_update(ema: nn.Module, model: nn.Module, decay: float, *,
     leaves them to the user.
 
     Raises:
-        ValueError: ``decay`` outside [0, 1], or the two models' parameter names differ.
+        ValueError: ``decay`` outside [0, 1], or the two models' parameter names or shapes
+            differ.
     """
     if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay <= 1:
         raise ValueError(f"decay must be a number in [0, 1], got {decay!r}")
@@ -204,11 +214,15 @@ def ema_update(ema: nn.Module, model: nn.Module, decay: float, *,
         raise ValueError(f"ema and model have different parameters: only in ema "
                          f"{sorted(dst.keys() - src.keys())}, only in model "
                          f"{sorted(src.keys() - dst.keys())}")
+    for name, (e, _) in dst.items():
+        if e.shape != src[name][0].shape:
+            raise ValueError(f"ema and model have different parameters: {name!r} has shape "
+                             f"{tuple(e.shape)} in ema, {tuple(src[name][0].shape)} in model")
     for name, (e, e_layer) in dst.items():
         p, layer = src[name]
         value = layer.read() if layer is not None else p.detach()
         if e_layer is not None:
-            e_layer.write(e_layer.read().lerp_(value, 1 - decay))
+            _write_rtn(e_layer, e_layer.read().lerp_(value, 1 - decay))
         else:
             e.detach().lerp_(value.to(e.dtype), 1 - decay)
     if buffers:
