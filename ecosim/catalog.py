@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from .formats import Format
+from .format_record import Format
 
 # name, exponent bits, mantissa bits, bias, NaN convention, aliases
 _FLOATS = (
