@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ... import quantizer as _np_quantizer
+from ... import recipes
 from ..model import get_preset
 from ..quantizer import Quantizer
 
@@ -52,15 +53,11 @@ class Method:
         return _np_quantizer.Quantizer(q.fmt, q.mode, q.granularity, q.scale)
 
 
+#: plain AdamW, then Table 1's rows (:data:`ecosim.recipes.TABLE1`) with FP8 E4M3 weights
 METHODS: dict[str, Method] = {
     "fp32": Method(None),
-    "bf16_master": Method("master", "bfloat16", "rtn"),
-    "fp8_master_rtn": Method("master", "float8_e4m3fn", "rtn"),
-    "fp8_master_sr": Method("master", "float8_e4m3fn", "sr"),
-    "fp8_naive_rtn": Method("naive", "float8_e4m3fn", "rtn"),
-    "fp8_naive_sr": Method("naive", "float8_e4m3fn", "sr"),
-    "fp8_eco_rtn": Method("eco", "float8_e4m3fn", "rtn"),
-    "fp8_eco_sr": Method("eco", "float8_e4m3fn", "sr"),
+    **{m.name: Method(m.scheme, "bfloat16" if m.weights == "bf16"
+                      else recipes.WEIGHT_FORMATS["fp8"][0], m.mode) for m in recipes.TABLE1},
 }
 TABLE1_METHODS = tuple(m for m in METHODS if m != "fp32")
 
