@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from ._checks import check_bool, native
-from .formats import Format, decode_bits, encode_bits, get, pack, unpack
-from .rounding import MODES, quantize
+from .formats import Format, decode_bits, get
+from .rounding import (_CHUNK, MODES, _candidate_codes, _chunk_bits, _code_kernel, _kernel,
+                       _prepare, _random_source, quantize)
 
 __all__ = ["Quantizer", "Encoded", "SCALE_RULES", "POW2_RULES"]
 
@@ -164,24 +166,26 @@ class Quantizer:
         dt = self._scales_dtype(xb)
         if self.fixed:
             return np.full((1,) * xb.ndim, self.scale, dtype=dt)
-        bad = ~np.isfinite(xb)
-        if bad.any():
-            raise ValueError(f"input has {int(bad.sum())} non-finite values; a data-dependent "
-                             "scale is undefined (check gradients/updates for inf/NaN)")
+        if not np.isfinite(xb).all():
+            raise _nonfinite(xb)
         a = np.abs(xb.astype(dt, copy=False))
         tiny = np.finfo(dt).tiny
         if self.scale == "absmean":
             s = a.mean(axis=axes, keepdims=True, dtype=np.float64).astype(dt)
             zero = a.max(axis=axes, keepdims=True, initial=0.0) == 0
             s = np.maximum(s, tiny)  # an underflowing scale: the smallest normal
+            return np.where(zero, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
+        return self._absmax_scales(a.max(axis=axes, keepdims=True, initial=0.0), dt)
+
+    def _absmax_scales(self, amax: np.ndarray, dt: np.dtype, tiny=None) -> np.ndarray:
+        """Scales of blocks of absolute maximum ``amax`` (finite) under ``absmax``/``absmax_pow2``
+        (``tiny``: ``np.finfo(dt).tiny``, passed by callers in a loop)."""
+        if self.scale == "absmax":
+            tiny = np.finfo(dt).tiny if tiny is None else tiny
+            s = np.maximum(amax / dt.type(self.rho), tiny)  # never 0 nor subnormal
         else:
-            amax = a.max(axis=axes, keepdims=True, initial=0.0)
-            if self.scale == "absmax":
-                s = np.maximum(amax / dt.type(self.rho), tiny)  # never 0 nor subnormal
-            else:
-                s = self._pow2(amax)
-            zero = amax == 0
-        return np.where(zero, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
+            s = self._pow2(amax)
+        return np.where(amax == 0, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
 
     def _pow2(self, amax: np.ndarray) -> np.ndarray:
         """Power-of-two scales (exact: frexp/ldexp), clamped to E8M0's range."""
@@ -199,30 +203,120 @@ class Quantizer:
         return np.ldexp(np.ones_like(amax), e).astype(amax.dtype)
 
     # -- the quantizer ------------------------------------------------------------------------
-    def _codes(self, x, key, rbits, scales=None):
+    #
+    # One pass over the array in cache-sized chunks of whole blocks: for row and group scales
+    # each chunk's block maxima and scales are computed while the chunk is in cache (a non-finite
+    # value shows as a non-finite maximum), then the chunk is divided by its scales, rounded by
+    # the kernel of ecosim.rounding and multiplied back (or turned into codes). Tensor, column
+    # and absmean scales, and blocks longer than a chunk, are computed first by _scales.
+
+    def _layout(self, shape: tuple) -> tuple[int, int, str]:
+        """The flat C-order array as ``R`` rows of ``C``, scaled per row, column or once."""
+        n = math.prod(shape)
+        g = self.granularity
+        if self.fixed or g == "tensor" or len(shape) == 0:
+            return 1, n, "one"
+        c = g if isinstance(g, numbers.Integral) else shape[-1]
+        return (n // c if c else 0), c, ("col" if g == "column" else "row")
+
+    def _given_scales(self, scales, xb: np.ndarray, axes: tuple) -> np.ndarray:
+        s = np.asarray(scales).astype(self._scales_dtype(xb))
+        want = tuple(1 if i in axes else n for i, n in enumerate(xb.shape))
+        if self.fixed:
+            want = (1,) * xb.ndim
+        if s.shape != want:
+            raise ValueError(f"scales must have shape {want} (one per block), got {s.shape}")
+        if not (np.isfinite(s) & (s > 0)).all():
+            raise ValueError("scales must be positive and finite")
+        return s
+
+    def _run(self, x, key, rbits, scales, codes_out: bool):
+        """``(x, blocked values or flat codes, scales)`` of one chunked pass (see above)."""
         x = _check_float(x)
         xb, axes = self._blocked(x)
-        if scales is None:
+        dt = self._scales_dtype(xb)
+        s = None if scales is None else self._given_scales(scales, xb, axes)
+        sr = self.mode == "sr"
+        if not sr and (key is not None or rbits is not None):
+            raise ValueError("key/rbits are for mode='sr'")
+        plan = _prepare(self.fmt, dt, sr, self.nbits if sr else 32, self.saturate)
+        bits_src = None
+        if sr:
+            rb = None if rbits is None else np.asarray(rbits).reshape(xb.shape)
+            bits_src = _random_source(xb.shape, rb, key)
+        R, C, kind = self._layout(x.shape)
+        n = R * C
+        fuse = (s is None and kind == "row" and self.scale in ("absmax", "absmax_pow2")
+                and 0 < C <= _CHUNK)
+        if fuse:
+            s = np.empty(tuple(1 if i in axes else m for i, m in enumerate(xb.shape)), dt)
+        elif s is None:
             s = self._scales(xb, axes)
+        s2 = s.reshape((R, 1) if kind == "row" else (1, C) if kind == "col" else (1, 1))
+        X2 = np.ascontiguousarray(xb).reshape(R, C)
+        half = x.dtype not in (np.float32, np.float64)
+        m = min(n, _CHUNK)
+        ybuf = np.empty(m, dt)
+        if codes_out:
+            res = np.empty(n + 3, self.fmt.code_dtype)  # room to pack 2- and 4-bit codes
+            res[n:] = 0
+            cbuf = None
         else:
-            s = np.asarray(scales).astype(self._scales_dtype(xb))
-            want = tuple(1 if i in axes else n for i, n in enumerate(xb.shape))
-            if self.fixed:
-                want = (1,) * xb.ndim
-            if s.shape != want:
-                raise ValueError(f"scales must have shape {want} (one per block), got {s.shape}")
-            if not (np.isfinite(s) & (s > 0)).all():
-                raise ValueError("scales must be positive and finite")
-        y = xb.astype(s.dtype, copy=False) / s  # half inputs: scaled in float32
-        rb = None if rbits is None else np.asarray(rbits).reshape(xb.shape)
-        if self.mode == "sr":
-            c = quantize(y, self.fmt, "sr", rbits=rb, key=key, nbits=self.nbits,
-                         saturate=self.saturate)
-        else:
-            if key is not None or rbits is not None:
-                raise ValueError("key/rbits are for mode='sr'")
-            c = quantize(y, self.fmt, "rtn", saturate=self.saturate)
-        return x, c, s
+            res = np.empty(n, dt)
+            cbuf = np.empty(m, dt)
+        R2 = res[:n].reshape(R, C)
+        tiny = np.finfo(dt).tiny
+        pending = []  # candidates of the code kernel, coded once at the end
+        # No |y| above y_hi rounds past max: the kernels skip that test (their no_over).
+        y_hi = np.array(plan.hi, plan.src.udtype).view(dt)[()] if plan.fmt.is_float else None
+        no_over = False
+        if fuse:
+            abuf = np.empty(m, dt)
+            amax = np.empty((R, 1), dt)
+        for g0, g1 in _groups(R, C, fuse):
+            if fuse:  # the group's scales (its rows stay in cache for the pass below)
+                for i0, i1, _, _ in _chunks(g1 - g0, C):
+                    xc = X2[g0 + i0:g0 + i1]
+                    if half:
+                        xc = xc.astype(dt)
+                    np.abs(xc, out=abuf[:xc.size].reshape(xc.shape)).max(
+                        axis=1, keepdims=True, out=amax[g0 + i0:g0 + i1])
+                am = amax[g0:g1]
+                if not np.isfinite(am).all():
+                    raise _nonfinite(xb)
+                sg = s2[g0:g1] = self._absmax_scales(am, dt, tiny)
+                # max |y| of a row is amax / s exactly (the division is monotone)
+                no_over = y_hi is not None and bool((am / sg).max() <= y_hi)
+            for i0, i1, j0, j1 in _chunks(g1 - g0, C):
+                i0, i1 = i0 + g0, i1 + g0
+                xc = X2[i0:i1, j0:j1]
+                if half:
+                    xc = xc.astype(dt)
+                shape2 = xc.shape
+                lo, k = i0 * C + j0, xc.size
+                sc = s2[i0:i1] if kind == "row" else s2[:, j0:j1] if kind == "col" else s2
+                y = np.divide(xc, sc, out=ybuf[:k].reshape(shape2)).reshape(-1)
+                r = _chunk_bits(bits_src, lo, lo + k)
+                if codes_out:
+                    p = _code_kernel(plan, y, res[lo:lo + k], r, no_over=no_over, defer=True)
+                    if p is not None:
+                        pending.append((p[0] + lo, p[1], p[2]))
+                elif half:
+                    _kernel(plan, y, res[lo:lo + k], r, no_over=no_over)
+                else:
+                    c = cbuf[:k]
+                    _kernel(plan, y, c, r, no_over=no_over)
+                    np.multiply(c.reshape(shape2), sc, out=R2[i0:i1, j0:j1])
+        if codes_out:
+            if pending:
+                idx, xs, rs = (np.concatenate(p) if p[0] is not None else None
+                               for p in zip(*pending))
+                res[idx] = _candidate_codes(plan, xs, rs)
+            return x, res, s
+        out = res.reshape(xb.shape)
+        if half:
+            out = _dequantize(out, s, x.dtype)
+        return x, out, s
 
     def __call__(self, x, *, key=None, rbits=None, scales=None) -> np.ndarray:
         """Dequantized values ``fl(s * Q(x / s))``, same shape and dtype as ``x``.
@@ -235,21 +329,29 @@ class Quantizer:
                 previous step) instead of computing them from ``x``; shaped as
                 :meth:`scales` returns them.
         """
-        x, c, s = self._codes(x, key, rbits, scales)
-        return _dequantize(c, s, x.dtype).reshape(x.shape)
+        x, out, _ = self._run(x, key, rbits, scales, codes_out=False)
+        return out.reshape(x.shape)
 
     def encode(self, x, *, key=None, rbits=None, scales=None) -> Encoded:
-        """Quantize and store: codes in real low-precision storage, plus scales."""
-        x, c, s = self._codes(x, key, rbits, scales)
-        fmt = self.fmt
-        if fmt.bits <= 4:
-            codes = pack(encode_bits(c, fmt), 4 if fmt.bits > 2 else 2)
-            packed = 4 if fmt.bits > 2 else 2
-        else:
-            from .formats import encode
+        """Quantize and store: codes in real low-precision storage, plus scales.
 
-            codes = encode(c, fmt)
+        The codes come from the rounding kernel's bit arithmetic in the same chunked pass
+        (:func:`ecosim.rounding._code_kernel`); they equal :func:`ecosim.formats.encode` of the
+        values :meth:`__call__` rounds to, bit for bit.
+        """
+        x, res, s = self._run(x, key, rbits, scales, codes_out=True)
+        fmt = self.fmt
+        n = x.size
+        xb_shape = self._blocked(np.empty(x.shape, np.bool_))[0].shape
+        if fmt.bits <= 4:
+            packed = 4 if fmt.bits > 2 else 2
+            codes = _pack(res, packed, n)
+        else:
             packed = 0
+            codes = res[:n].reshape(xb_shape)
+            dt = fmt.dtype
+            if dt is not None:
+                codes = codes.view(dt) if dt.itemsize == codes.itemsize else codes.astype(dt)
         if self.scale == "absmax_pow2":
             import ml_dtypes
 
@@ -257,22 +359,124 @@ class Quantizer:
         return Encoded(codes=codes, scales=s, shape=x.shape, dtype=x.dtype, packed_bits=packed)
 
     def decode(self, enc: Encoded) -> np.ndarray:
-        """Inverse of :meth:`encode`: exactly the values that :meth:`__call__` returns."""
-        fmt = self.fmt
-        n = int(np.prod(enc.shape, dtype=np.int64))
-        if enc.packed_bits:
-            raw = unpack(enc.codes, enc.packed_bits, n)
-            vals = decode_bits(raw, fmt)
-        else:
-            from .formats import decode
+        """Inverse of :meth:`encode`: exactly the values that :meth:`__call__` returns.
 
-            vals = decode(enc.codes, fmt, dtype=np.float64)
+        Codes are decoded through a table of every code's value (256 entries indexed by the
+        byte; a byte of packed 4- or 2-bit codes indexes a table of its 2 or 4 values) and
+        multiplied by their scales chunk by chunk.
+        """
+        fmt = self.fmt
+        n = math.prod(enc.shape)
         dtype = np.dtype(enc.dtype).newbyteorder("=")
         work = dtype if dtype in (np.float32, np.float64) else np.dtype(np.float32)
         s = np.asarray(enc.scales).astype(work)
         blocked_shape = self._blocked(np.empty(enc.shape, np.bool_))[0].shape
-        c = vals.reshape(blocked_shape).astype(work)
-        return _dequantize(c, s, dtype).reshape(enc.shape)
+        R, C, kind = self._layout(tuple(enc.shape))
+        idx = None
+        if enc.packed_bits:
+            raw = np.asarray(enc.codes, np.uint8).reshape(-1)
+            vals = np.take(_decode_table(fmt, work, enc.packed_bits), raw).view(work)[:n]
+        else:
+            stored = np.asarray(enc.codes)
+            if fmt.dtype is not None and stored.dtype == fmt.dtype:
+                idx = stored.view(np.dtype(f"u{stored.dtype.itemsize}"))
+            elif stored.dtype.kind == "u":
+                idx = stored
+            else:
+                raise TypeError(f"expected {fmt.name} storage ({fmt.dtype}) or unsigned raw "
+                                f"codes, got {stored.dtype}")
+            idx = idx.reshape(-1)
+            if idx.dtype.itemsize > 2:  # formats of more than 16 bits: no table
+                vals = _code_values(idx, fmt, work)
+                idx = None
+            else:
+                vals = np.empty(n, work)
+        if dtype != work:
+            if idx is not None:
+                np.take(_decode_table(fmt, work, 8 * idx.dtype.itemsize), idx, out=vals)
+            return _dequantize(vals.reshape(blocked_shape), s, dtype).reshape(enc.shape)
+        s2 = s.reshape((R, 1) if kind == "row" else (1, C) if kind == "col" else (1, 1))
+        V2 = vals.reshape(R, C)
+        table = None if idx is None else _decode_table(fmt, work, 8 * idx.dtype.itemsize)
+        for i0, i1, j0, j1 in _chunks(R, C):
+            if table is not None:
+                lo, hi = i0 * C + j0, (i1 - 1) * C + j1
+                np.take(table, idx[lo:hi], out=vals[lo:hi])
+            v = V2[i0:i1, j0:j1]
+            np.multiply(v, s2[i0:i1] if kind == "row" else s2[:, j0:j1] if kind == "col" else s2,
+                        out=v)
+        return vals.reshape(enc.shape)
+
+
+def _chunks(R: int, C: int):
+    """``(i0, i1, j0, j1)`` tiles of an ``R x C`` C-order array, each a contiguous flat range of
+    at most ``_CHUNK`` elements: whole rows when a row fits, else pieces of one row."""
+    if R == 0 or C == 0:
+        return
+    if C <= _CHUNK:
+        k = _CHUNK // C
+        for i in range(0, R, k):
+            yield i, min(i + k, R), 0, C
+    else:
+        for i in range(R):
+            for j in range(0, C, _CHUNK):
+                yield i, i + 1, j, min(j + _CHUNK, C)
+
+
+def _groups(R: int, C: int, fuse: bool):
+    """Row ranges ``(g0, g1)``: groups of 8 chunks of whole rows when scales are computed in the
+    pass (their small per-block arithmetic is done once per group), else all rows at once."""
+    if not fuse:
+        yield 0, R
+        return
+    step = 8 * max(1, _CHUNK // C)
+    for g in range(0, R, step):
+        yield g, min(g + step, R)
+
+
+def _nonfinite(xb: np.ndarray) -> ValueError:
+    bad = ~np.isfinite(xb)
+    return ValueError(f"input has {int(bad.sum())} non-finite values; a data-dependent "
+                      "scale is undefined (check gradients/updates for inf/NaN)")
+
+
+def _pack(codes: np.ndarray, bits: int, n: int) -> np.ndarray:
+    """:func:`ecosim.formats.pack` of the first ``n`` codes (``codes`` holds zeros after them
+    and at least 3 more elements), by shifts of 16- or 32-bit words."""
+    per = 8 // bits
+    m = -(-n // per)  # bytes
+    if bits == 4:
+        w = codes[:2 * m].view(np.uint16)
+        w = w | (w >> np.uint16(4))
+    else:
+        w = codes[:4 * m].view(np.uint32)
+        w = w | (w >> np.uint32(6)) | (w >> np.uint32(12)) | (w >> np.uint32(18))
+    return w.astype(np.uint8)
+
+
+def _code_values(codes: np.ndarray, fmt: Format, work: np.dtype) -> np.ndarray:
+    """:func:`~ecosim.formats.decode_bits` of ``codes`` in ``work`` (a NaN code gives the
+    positive quiet NaN, as :func:`ecosim.formats.decode` and the torch backend give it)."""
+    return decode_bits(np.asarray(codes).astype(np.int64), fmt).astype(work)
+
+
+@lru_cache(maxsize=64)
+def _decode_table(fmt: Format, work: np.dtype, bits: int) -> np.ndarray:
+    """Values (``work``) of every code: indexed by an 8- or 16-bit code (``bits`` 8 or 16), or by
+    a byte of packed 4- or 2-bit codes (``bits`` 4 or 2: one element of 2 or 4 values, lowest
+    code first, viewed as a single wider item so that one ``take`` decodes a byte)."""
+    if bits in (8, 16):
+        t = _code_values(np.arange(1 << bits, dtype=np.int64), fmt, work)
+    else:
+        per = 8 // bits
+        byte = np.arange(256, dtype=np.int64)[:, None]
+        shifts = np.arange(per, dtype=np.int64) * bits
+        t = _code_values((byte >> shifts) & ((1 << bits) - 1), fmt, work)
+        size = t.itemsize * per
+        item = {4: np.uint32, 8: np.uint64, 16: np.complex128}.get(size, (np.void, size))
+        t = np.ascontiguousarray(t).view(np.dtype(item)).reshape(256)
+    t.setflags(write=False)
+    return t
 
 
 def _dequantize(codes: np.ndarray, s: np.ndarray, dtype: np.dtype) -> np.ndarray:

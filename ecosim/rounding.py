@@ -92,6 +92,8 @@ class _Plan:
     maxbits: int = 0  # bits of the largest finite value
     infbits: int = 0  # bits of +inf in the working dtype
     qexp: int = 0  # exponent of the uniform step below the smallest normal
+    hi: int = 0  # largest magnitude bits that cannot round past max (see _float_code_kernel)
+    uniform_small: bool = False  # below minnorm: one subnormal step (see _uniform_small)
 
 
 @lru_cache(maxsize=256)
@@ -104,10 +106,15 @@ def _plan(fmt: Format, work: np.dtype, sr: bool, nbits: int, saturate: bool) -> 
         return _Plan(fmt, src, sr, nbits, saturate)
     S, M = src.mant, fmt.mantissa_bits
     bits_of = lambda v: int(np.array(v, work).view(src.udtype))  # noqa: E731
+    qexp = fmt.emin - M if fmt.subnormals else fmt.emin
+    maxbits = bits_of(fmt.max)
     return _Plan(fmt, src, sr, nbits, saturate, sh=S - M,
-                 minnorm=bits_of(math.ldexp(1.0, max(fmt.emin, src.emin))), maxbits=bits_of(fmt.max),
-                 infbits=bits_of(np.inf),
-                 qexp=fmt.emin - M if fmt.subnormals else fmt.emin)
+                 minnorm=bits_of(math.ldexp(1.0, max(fmt.emin, src.emin))), maxbits=maxbits,
+                 infbits=bits_of(np.inf), qexp=qexp,
+                 hi=maxbits + ((1 << (S - M - 1)) - 1 if S > M and not sr else 0),
+                 uniform_small=(fmt.subnormals and fmt.has_zero and fmt.signed
+                                and fmt.ties == "even" and fmt.emin >= src.emin
+                                and -qexp <= src.emax))
 
 
 def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int = 32, key=None,
@@ -156,17 +163,9 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
                         f"float64), got dtype {arr.dtype}")
     arr = native(arr)  # dtype dispatch compares dtypes, and ">f4" != float32
     out_dtype = arr.dtype
-    out_src = _src_for(out_dtype)
-    if not _representable(fmt, out_src):
-        raise ValueError(f"{fmt.name} values are not all representable in {out_dtype}; "
-                         "pass float32 or float64 input")
-    work = np.dtype(np.float64) if out_dtype == np.float64 else np.dtype(np.float32)
-    if not fmt.is_float and not saturate:
-        raise ValueError(f"integer format {fmt.name} has no overflow encoding: use saturate=True")
     sr = mode == "sr"
-    if not isinstance(nbits, int) or isinstance(nbits, bool) or not 1 <= nbits <= 32:
-        raise ValueError(f"nbits must be an int in 1..32, got {nbits!r}")
-    plan = _plan(fmt, work, sr, nbits if sr else 32, saturate)
+    plan = _prepare(fmt, out_dtype, sr, nbits, saturate)
+    work = plan.src.dtype
     xw = np.ascontiguousarray(arr, dtype=work).reshape(-1)
     bits_src = None
     if sr:
@@ -177,6 +176,23 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
     _run_chunks(plan, xw, out, bits_src)
     out = out.reshape(arr.shape)
     return out if out_dtype == work else out.astype(out_dtype)
+
+
+def _prepare(fmt: Format, out_dtype: np.dtype, sr: bool, nbits, saturate: bool) -> _Plan:
+    """The checks of :func:`quantize` for an input of (native) ``out_dtype``, and the plan.
+
+    The plan works in float64 for float64 input and in float32 otherwise.
+    """
+    out_src = _src_for(out_dtype)
+    if not _representable(fmt, out_src):
+        raise ValueError(f"{fmt.name} values are not all representable in {out_dtype}; "
+                         "pass float32 or float64 input")
+    work = np.dtype(np.float64) if out_dtype == np.float64 else np.dtype(np.float32)
+    if not fmt.is_float and not saturate:
+        raise ValueError(f"integer format {fmt.name} has no overflow encoding: use saturate=True")
+    if not isinstance(nbits, int) or isinstance(nbits, bool) or not 1 <= nbits <= 32:
+        raise ValueError(f"nbits must be an int in 1..32, got {nbits!r}")
+    return _plan(fmt, work, sr, nbits if sr else 32, saturate)
 
 
 def _random_source(shape, rbits, key):
@@ -206,18 +222,28 @@ def _run_chunks(plan: _Plan, xw: np.ndarray, out: np.ndarray, bits_src) -> None:
     n = xw.size
     for lo in range(0, n, _CHUNK):
         hi = min(lo + _CHUNK, n)
-        r = None
-        if bits_src is not None:
-            if bits_src[0] == "bits":
-                r = bits_src[1][lo:hi]
-            else:
-                r = rng.fill_bits(bits_src[1], bits_src[2] + lo, np.empty(hi - lo, np.uint32))
-        _kernel(plan, xw[lo:hi], out[lo:hi], r)
+        _kernel(plan, xw[lo:hi], out[lo:hi], _chunk_bits(bits_src, lo, hi))
 
 
-def _kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
+def _chunk_bits(bits_src, lo: int, hi: int):
+    """The random words of flat elements ``lo..hi-1`` (None for RTN).
+
+    ``bits_src`` is what :func:`_random_source` returns: given words, or a key whose element
+    ``i`` uses counter ``counter + i`` (so any chunk is generated on its own).
+    """
+    if bits_src is None:
+        return None
+    if bits_src[0] == "bits":
+        return bits_src[1][lo:hi]
+    return rng.fill_bits(bits_src[1], bits_src[2] + lo, np.empty(hi - lo, np.uint32))
+
+
+def _kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, *, no_over=False) -> None:
+    """Round ``x`` into ``out``. ``no_over``: the caller knows that no ``|x|`` exceeds the
+    value of bits ``plan.hi`` and none is NaN, so nothing can round past max (the test for it
+    is skipped)."""
     if plan.fmt.is_float:
-        _float_kernel(plan, x, out, rbits)
+        _float_kernel(plan, x, out, rbits, no_over)
     else:
         _int_kernel(plan, x, out, rbits)
 
@@ -234,7 +260,7 @@ def _sr_up(frac_units: np.ndarray, rbits: np.ndarray, nbits: int, udt) -> np.nda
     return r > (nmask - frac_units)
 
 
-def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
+def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=False) -> None:
     fmt, src = plan.fmt, plan.src
     U = src.udtype.type
     b = x.view(src.udtype)
@@ -279,9 +305,9 @@ def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
         r[idx] = _small_values(plan, x[idx], None if rbits is None else rbits[idx])
 
     # Past max after rounding; inf and NaN inputs land here too.
-    over = r > U(plan.maxbits)
+    over = None if no_over else r > U(plan.maxbits)
     special = None  # results that are whole bit patterns (sign included): NaN
-    if over.any():
+    if over is not None and over.any():
         special = a > U(plan.infbits)  # NaN inputs
         if plan.saturate or fmt.nan == "none":
             r[over] = U(plan.maxbits)
@@ -313,6 +339,19 @@ def _small_values(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
     """
     fmt, src = plan.fmt, plan.src
     ax = np.abs(xs)
+    if plan.uniform_small:
+        # Every input here is below 2**emin: one step 2**qexp for all, and the scalings by
+        # 2**-qexp and 2**qexp are exact multiplications by finite powers of two (the same
+        # values as the general path below, in a few calls: a chunk has a few such inputs).
+        y = ax * src.dtype.type(2.0 ** -plan.qexp)
+        if plan.sr:
+            n = np.floor(y)
+            t = np.floor(np.ldexp(y - n, plan.nbits)).astype(src.udtype)
+            n += _sr_up(t, rbits, plan.nbits, src.udtype)
+        else:
+            n = np.rint(y, out=y)
+        n *= src.dtype.type(2.0 ** plan.qexp)
+        return n.view(src.udtype)
     e = np.frexp(ax)[1].astype(np.int64) - 1  # floor(log2|x|) for nonzero x
     qexp = np.where(e >= fmt.emin, e - fmt.mantissa_bits, plan.qexp)
     y = np.ldexp(ax, -qexp)  # exact: power-of-two scaling onto integer steps
@@ -363,3 +402,206 @@ def _int_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
     np.negative(n, out=n, where=neg)
     n += 0.0  # integer grids have no -0
     out[...] = n
+
+
+# -- codes: the rounded values as the format's bit patterns --------------------------------------
+
+def _code_kernel(plan: _Plan, x: np.ndarray, codes: np.ndarray, rbits, *, no_over=False,
+                 defer=False):
+    """Raw codes (``plan.fmt.code_dtype``) of the values that :func:`_kernel` rounds ``x`` to.
+
+    This is the kernel's own arithmetic with a different last step: for an input whose
+    magnitude bits ``a`` lie in ``[minnorm, hi]`` (a normal value of both the format and the
+    working dtype that cannot round past max), the rounded magnitude shifted right by ``S - M``
+    is the working dtype's exponent and the format's mantissa field, ``E_w << M | m``; the
+    format's code is that minus ``(bias_w - bias) << M``, computed modulo ``2**bits`` in the code
+    dtype itself, with the sign bit added from the input. The other inputs, the candidates
+    (below the smallest normal, zeros included; past ``hi``, inf, NaN; for an unsigned format
+    negatives), are coded by :func:`_candidate_codes`. Integer grids round as :func:`_kernel`
+    (RTN: ``rint`` and a clip, the same values) and cast.
+
+    ``no_over``: the caller knows that no ``|x|`` exceeds the value of bits ``plan.hi`` (and
+    none is NaN), so only small inputs are candidates. ``defer``: return the candidates as
+    ``(indices, inputs, random words or None)`` instead of coding them (None when there are
+    none), so that a caller working in chunks codes them all at once.
+    """
+    if plan.fmt.is_float:
+        return _float_code_kernel(plan, x, codes, rbits, no_over, defer)
+    _int_code_kernel(plan, x, codes, rbits)
+    return None
+
+
+def _float_code_kernel(plan: _Plan, x, codes, rbits, no_over: bool, defer: bool):
+    fmt, src = plan.fmt, plan.src
+    U = src.udtype.type
+    C = codes.dtype.type
+    b = x.view(src.udtype)
+    a = b & U(_absmask(src))
+    r = np.empty_like(a)
+    # Candidates: a < minnorm or a > hi, in one unsigned comparison (wrapping below minnorm);
+    # unsigned formats test the signed bits, so negatives are candidates. No input up to hi
+    # rounds past max: SR adds less than one step 2**sh (hi = maxbits); RTN adds at most half
+    # a step, so up to maxbits + 2**(sh-1) - 1 the truncation gives maxbits (the largest input
+    # of an absmax block lands just above max after the division).
+    if no_over and fmt.signed:
+        cand = a < U(plan.minnorm)
+    else:
+        np.subtract(a if fmt.signed else b, U(plan.minnorm), out=r)
+        cand = r > U(plan.hi - plan.minnorm)
+    sh = plan.sh
+    if not plan.sr:
+        if sh == 0:
+            r[...] = a
+        elif fmt.ties == "even":
+            np.right_shift(a, U(sh), out=r)
+            r &= U(1)
+            r += a
+            r += U((1 << (sh - 1)) - 1)
+        else:
+            np.add(a, U(1 << (sh - 1)), out=r)
+    else:
+        if rbits.dtype == src.udtype and plan.nbits == 8 * rbits.dtype.itemsize:
+            rr = rbits
+        else:
+            rr = rbits.astype(src.udtype) & U((1 << plan.nbits) - 1)
+        if plan.nbits >= sh:
+            np.right_shift(rr, U(plan.nbits - sh), out=r)
+        else:
+            np.left_shift(rr, U(sh - plan.nbits), out=r)
+        r += a
+    if sh:
+        r >>= U(sh)  # the truncation and the shift to the mantissa field at once
+    np.copyto(codes, r, casting="unsafe")  # modulo 2**(code bits): the subtraction wraps alike
+    codes -= C(((src.bias - fmt.bias) << fmt.mantissa_bits) % (1 << (8 * codes.itemsize)))
+    if fmt.signed:
+        sgn = np.greater(b, a).view(np.uint8)  # the sign bit
+        if C is np.uint8:
+            sgn <<= np.uint8(fmt.exponent_bits + fmt.mantissa_bits)
+        else:
+            sgn = sgn.astype(codes.dtype) << C(fmt.exponent_bits + fmt.mantissa_bits)
+        codes |= sgn
+    if not cand.any():
+        return None
+    idx = np.flatnonzero(cand)
+    pending = idx, x[idx], None if rbits is None else rbits[idx]
+    if defer:
+        return pending
+    codes[idx] = _candidate_codes(plan, *pending[1:])
+    return None
+
+
+def _candidate_codes(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
+    """Codes of the inputs that :func:`_float_code_kernel` leaves aside (any inputs, in fact).
+
+    Where everything below the smallest normal is one uniform grid (``plan.uniform_small``:
+    zeros and subnormals, the usual candidates) the code of such an input is the number of
+    steps ``2**qexp`` that :func:`_small_values` rounds it to, plus the sign bit (none on a
+    fnuz zero); the rest are rounded by :func:`_float_kernel` and converted by
+    :func:`_codes_of_bits`.
+    """
+    fmt, src = plan.fmt, plan.src
+    U = src.udtype.type
+    out = np.empty(xs.size, fmt.code_dtype)
+    rest = np.ones(xs.size, bool)
+    if plan.uniform_small:
+        b = xs.view(src.udtype)
+        a = b & U(_absmask(src))
+        small = a < U(plan.minnorm)
+        sidx = np.flatnonzero(small)
+        mags = _small_values(plan, xs[sidx], None if rbits is None else rbits[sidx])
+        n = (mags.view(src.dtype) * src.dtype.type(2.0 ** -plan.qexp)).astype(out.dtype)
+        neg = b[sidx] > a[sidx]
+        if fmt.nan == "fnuz":
+            neg &= n != 0  # no negative zero
+        out[sidx] = n | (neg.astype(out.dtype) << (fmt.exponent_bits + fmt.mantissa_bits))
+        rest = ~small
+    if rest.any():
+        ridx = np.flatnonzero(rest)
+        vals = np.empty(ridx.size, src.dtype)
+        _float_kernel(plan, xs[ridx], vals, None if rbits is None else rbits[ridx])
+        out[ridx] = _codes_of_bits(plan, vals.view(src.udtype))
+    return out
+
+
+def _codes_of_bits(plan: _Plan, vb: np.ndarray) -> np.ndarray:
+    """Raw codes of on-grid values given as working-dtype bits (NaN, inf and zeros included).
+
+    Integer arithmetic on the bit fields: a normal value of the format is ``(a >> (S - M))``
+    minus the bias difference; a subnormal one is its integer multiple of ``2**qexp`` (the
+    significand shifted by the exponent difference); a format laid out as the working dtype
+    (same exponent width and bias: bfloat16 and E8M0 in float32) keeps ``a >> (S - M)`` for
+    every finite value. NaN and inf take the format's codes (:func:`ecosim.formats.encode_bits`
+    conventions); NaN in a format without one, or a value off the grid, raises ValueError.
+    Values below the working dtype's smallest normal in a format laid out otherwise (no catalogued
+    format in float32 or float64) go through :func:`ecosim.formats.encode_bits`.
+    """
+    from .formats import _nan_code, encode_bits
+
+    fmt, src = plan.fmt, plan.src
+    E, M, S = fmt.exponent_bits, fmt.mantissa_bits, src.mant
+    W = 8 * src.udtype.itemsize
+    a = (vb & src.udtype.type(_absmask(src))).astype(np.int64)
+    sign = (vb >> src.udtype.type(W - 1)).astype(np.int64)
+    if not fmt.signed:
+        sign[:] = 0
+    sh = S - M
+    infbits = int(plan.infbits)
+    src_ebits = W - 1 - S
+    same_layout = E == src_ebits and fmt.bias == src.bias
+    lowest_normal = (max(fmt.emin, src.emin) + src.bias) << S  # bits of 2**max(emin, src emin)
+    code = (a >> sh) - ((src.bias - fmt.bias) << M)
+    finite = a < infbits
+    below = finite & (a < lowest_normal)
+    if same_layout:
+        code = np.where(below, a >> sh, code)
+    else:
+        ef = a >> S
+        sig = (a & ((1 << S) - 1)) | ((ef > 0).astype(np.int64) << S)
+        e_unb = np.maximum(ef, 1) - (src.bias + S)  # |v| = sig * 2**e_unb
+        k = plan.qexp - e_unb
+        with np.errstate(over="ignore"):
+            sub = np.where(k >= 0, sig >> np.clip(k, 0, 63), sig << np.clip(-k, 0, 63))
+        if fmt.emin >= src.emin:
+            if not fmt.subnormals:
+                sub = np.zeros_like(sub)  # flush to zero: only 0 lies below the smallest normal
+            code = np.where(below, sub, code)
+        else:
+            code = np.where(below, 0, code)
+            odd = below & (a > 0)
+            if odd.any():
+                fb = encode_bits(vb[odd].view(src.dtype), fmt).astype(np.int64)
+                code[odd] = fb & ((1 << (E + M)) - 1)
+    code |= sign << (E + M)
+    if fmt.nan == "fnuz":
+        code = np.where(a == 0, 0, code)  # no negative zero
+    nan = a > infbits
+    inf = a == infbits
+    if nan.any() or inf.any():
+        bad = (nan & (fmt.nan == "none")) | (inf & (not fmt.has_inf))
+        if bad.any():
+            shown = vb[bad][:3].view(src.dtype).astype(np.float64)
+            raise ValueError(f"values {shown.tolist()} are not on the {fmt.name} grid; "
+                             "quantize first")
+        code = np.where(nan, _nan_code(fmt, sign), code)
+        code = np.where(inf, (sign << (E + M)) | (((1 << E) - 1) << M), code)
+    return code.astype(fmt.code_dtype)
+
+
+def _int_code_kernel(plan: _Plan, x: np.ndarray, codes: np.ndarray, rbits) -> None:
+    fmt = plan.fmt
+    vals = np.empty_like(x)
+    if plan.sr:
+        _int_kernel(plan, x, vals, rbits)
+    else:
+        # The RTN values of _int_kernel: rint is odd-symmetric and the clip is its min; only the
+        # sign of a zero (no code of its own) and of NaN can differ.
+        np.rint(x, out=vals)
+        np.clip(vals, x.dtype.type(fmt.int_min), x.dtype.type(fmt.int_max), out=vals)
+    if np.isnan(vals).any():
+        raise ValueError(f"{fmt.name} has no NaN code")
+    if codes.dtype.itemsize == 1:
+        np.copyto(codes.view(np.int8), vals, casting="unsafe")  # two's complement
+    else:
+        np.copyto(codes, vals.astype(np.int64) & ((1 << fmt.storage_bits) - 1), casting="unsafe")
+    if fmt.storage_bits < 8 * codes.dtype.itemsize:
+        codes &= codes.dtype.type((1 << fmt.storage_bits) - 1)
