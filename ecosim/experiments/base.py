@@ -34,7 +34,6 @@ that exists is complete, and a rerun writes the very same bytes.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import io
 import json
@@ -55,6 +54,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from ..registry import Registry, did_you_mean
 from . import provenance as _provenance
 
 __all__ = [
@@ -318,9 +318,7 @@ def _check_keys(cls, changes: Mapping[str, Any]) -> None:
     names = [f.name for f in dataclasses.fields(cls)]
     for key in changes:
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"{cls.__name__} has no field {key!r}{hint}; "
+            raise ConfigError(f"{cls.__name__} has no field {key!r}{did_you_mean(key, names)}; "
                               f"valid keys: {', '.join(names)}")
 
 
@@ -540,7 +538,7 @@ def _canonical(doc) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-_REGISTRY: dict[str, Experiment] = {}
+_REGISTRY: Registry[Experiment] = Registry("experiment")
 
 
 def experiment(name: str, config: type, *, version: str, units=None, combine=None,
@@ -564,27 +562,21 @@ def experiment(name: str, config: type, *, version: str, units=None, combine=Non
         exp = Experiment(name=name, config=config, compute=compute, version=version,
                          units=units, combine=combine, description=doc.splitlines()[0] if doc
                          else "", requires=tuple(requires))
-        if name in _REGISTRY:
-            raise ValueError(f"experiment {name!r} is registered twice")
-        _REGISTRY[name] = exp
+        _REGISTRY.register(name, exp)
         return compute
     return register
 
 
 def experiments() -> dict[str, Experiment]:
     """The registered experiments by name (a copy)."""
-    return dict(_REGISTRY)
+    return _REGISTRY.as_dict()
 
 
 def get(name: str | Experiment) -> Experiment:
     """A registered experiment by name (an Experiment passes through)."""
     if isinstance(name, Experiment):
         return name
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown experiment {name!r}; registered: "
-                       f"{', '.join(sorted(_REGISTRY)) or '(none)'}") from None
+    return _REGISTRY.get(name)
 
 
 # -- results: validation and byte-stable storage ------------------------------------------------

@@ -42,6 +42,7 @@ import numpy as np
 from .. import experiments as _exp
 from ..experiments.base import atomic_write
 from ..experiments.provenance import git_revision
+from ..registry import Registry
 from . import style
 
 __all__ = ["FigureSpec", "BuildReport", "FigureReport", "figure", "figures", "get", "build",
@@ -60,7 +61,7 @@ class FigureSpec:
     fn: Callable[..., tuple[Any, Mapping[str, Mapping[str, Any]]]]
 
 
-_REGISTRY: dict[str, FigureSpec] = {}
+_REGISTRY: Registry[FigureSpec] = Registry("figure")
 
 
 def figure(name: str, *, experiments: Sequence[str], caption: str):
@@ -88,25 +89,20 @@ def figure(name: str, *, experiments: Sequence[str], caption: str):
         raise ValueError(f"figure {name!r} needs a caption")
 
     def register(fn):
-        if name in _REGISTRY:
-            raise ValueError(f"figure {name!r} is registered twice")
-        _REGISTRY[name] = FigureSpec(name=name, experiments=experiments,
-                                     caption=" ".join(caption.split()), fn=fn)
+        _REGISTRY.register(name, FigureSpec(name=name, experiments=experiments,
+                                            caption=" ".join(caption.split()), fn=fn))
         return fn
     return register
 
 
 def figures() -> dict[str, FigureSpec]:
     """The registered figures by name (a copy, in registration order)."""
-    return dict(_REGISTRY)
+    return _REGISTRY.as_dict()
 
 
 def get(name: str) -> FigureSpec:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown figure {name!r}; registered: "
-                       f"{', '.join(_REGISTRY) or '(none)'}") from None
+    """A registered figure by name (KeyError, with the closest name, if there is none)."""
+    return _REGISTRY.get(name)
 
 
 # -- CSV ----------------------------------------------------------------------------------------
@@ -199,7 +195,7 @@ class BuildReport:
 
 def _resolve(names: Sequence[str] | None) -> list[FigureSpec]:
     if names is None:
-        return list(_REGISTRY.values())
+        return _REGISTRY.values()
     specs = []
     for n in names:
         spec = get(n)
