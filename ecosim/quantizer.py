@@ -246,6 +246,13 @@ class Quantizer:
             bits_src = _random_source(xb.shape, rb, key)
         R, C, kind = self._layout(x.shape)
         n = R * C
+        if not codes_out and n <= _CHUNK:  # one chunk: whole-array steps cost fewer calls
+            if s is None:
+                s = self._scales(xb, axes)
+            y = (xb.astype(s.dtype, copy=False) / s).reshape(-1)
+            c = np.empty(n, dt)
+            _kernel(plan, y, c, _chunk_bits(bits_src, 0, n))
+            return x, _dequantize(c.reshape(xb.shape), s, x.dtype), s
         fuse = (s is None and kind == "row" and self.scale in ("absmax", "absmax_pow2")
                 and 0 < C <= _CHUNK)
         if fuse:
