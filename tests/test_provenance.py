@@ -184,9 +184,9 @@ def test_killed_figures_run_leaves_no_worker(tmp_path, sig):
     cmd = [sys.executable, "-m", "ecosim", "figures", "--only", "noise_floor", "--jobs", "2",
            "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: set[int] = set()
     try:
         deadline = time.monotonic() + 120
-        workers: set[int] = set()
         while time.monotonic() < deadline:
             # the pool's workers: spawned children (one resource tracker aside)
             workers = {k for k in _children(proc.pid)
@@ -205,7 +205,7 @@ def test_killed_figures_run_leaves_no_worker(tmp_path, sig):
     finally:
         if proc.poll() is None:
             proc.kill()
-        for w in _children(proc.pid):
+        for w in workers | _children(proc.pid):  # never leave a worker behind, pass or fail
             try:
                 os.kill(w, signal.SIGKILL)
             except OSError:
