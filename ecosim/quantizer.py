@@ -509,3 +509,13 @@ def _check_float(x) -> np.ndarray:
     if x.dtype.kind != "f" and x.dtype.name != "bfloat16":
         raise TypeError(f"expected a floating-point array, got dtype {x.dtype}")
     return native(x)
+
+
+def blocked(q: Quantizer, x):
+    """``x`` reshaped so that each block of ``q``'s granularity is reduced over the returned
+    axes: ``(blocked x, axes)``. The layout both backends share (``q`` may be an
+    :class:`ecosim.torch.Quantizer` and ``x`` a tensor)."""
+    return Quantizer._blocked(q, x)
+
+
+__all__ += ["blocked"]

@@ -24,7 +24,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["random_bits", "fold_in", "split_key", "as_key"]
+__all__ = ["random_bits", "fold_in", "split_key", "as_key", "mix32_int"]
 
 _MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -84,7 +84,9 @@ GOLDEN32 = 0x9E3779B9
 _MASK32 = 0xFFFFFFFF
 
 
-def _mix32_int(x: int) -> int:
+def mix32_int(x: int) -> int:
+    """lowbias32 of a Python int (its low 32 bits), as a Python int: the key mixing that the
+    NumPy and torch random bits share."""
     x &= _MASK32
     x ^= x >> 16
     x = (x * _M32A) & _MASK32
@@ -124,7 +126,7 @@ def fill_bits(seed: int, counter: int, out: np.ndarray) -> np.ndarray:
         np.add(_BASE[:m], np.uint32(lo), out=x)  # no wrap: lo + m <= 2**32
         x ^= np.uint32(k0)
         _mix32(x, t[:m])
-        x ^= np.uint32(k1 ^ _mix32_int(hi + GOLDEN32))
+        x ^= np.uint32(k1 ^ mix32_int(hi + GOLDEN32))
         _mix32(x, t[:m])
         pos += m
     return out

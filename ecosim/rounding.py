@@ -605,3 +605,18 @@ def _int_code_kernel(plan: _Plan, x: np.ndarray, codes: np.ndarray, rbits) -> No
         np.copyto(codes, vals.astype(np.int64) & ((1 << fmt.storage_bits) - 1), casting="unsafe")
     if fmt.storage_bits < 8 * codes.dtype.itemsize:
         codes &= codes.dtype.type((1 << fmt.storage_bits) - 1)
+
+
+# -- what the torch backend shares (ecosim.torch.rounding, ecosim.torch.quantizer) ----------------
+#: The constants of one (format, working dtype, mode, nbits, saturate) rounding.
+Plan = _Plan
+#: ``plan(fmt, work, sr, nbits, saturate)``: the :class:`Plan` of a rounding (ValueError when
+#: the format's values are not all representable in the working dtype ``work``).
+plan = _plan
+#: ``representable(fmt, src)``: whether every finite value of ``fmt`` is a value of ``src``.
+representable = _representable
+#: ``src_for(dtype)``: the bit layout (width, mantissa bits, bias, exponent range) of a working
+#: float dtype; ``SRC_F32`` and ``SRC_F64`` are float32's and float64's.
+src_for = _src_for
+SRC_F32, SRC_F64 = _F32, _F64
+__all__ += ["Plan", "SRC_F32", "SRC_F64", "plan", "representable", "src_for"]

@@ -46,8 +46,8 @@ from .base import (
     _check_beta,
     _check_real,
     _make_schedule,
-    _resolve_states,
     _resolve_weights,
+    resolve_states,
 )
 
 __all__ = ["AdamW", "AdamWState", "adamw"]
@@ -115,7 +115,7 @@ class AdamW(QuantizedOptimizer):
         set_(self, "wd_corrected_injection",
              check_bool(self.wd_corrected_injection, "wd_corrected_injection"))
         set_(self, "prev_scale", check_bool(self.prev_scale, "prev_scale"))
-        set_(self, "states", _resolve_states(self.states, ("m", "v"), self.scheme))
+        set_(self, "states", resolve_states(self.states, ("m", "v"), self.scheme))
 
     def _init_param(self, name, p, w, q, ctx) -> dict:
         out = {"m": np.zeros_like(p), "v": np.zeros_like(p)}

@@ -81,6 +81,8 @@ __all__ = [
     "on_grid",
     "state_quantizer",
     "compensation_quantizer",
+    "resolve_states",
+    "weights_dict",
 ]
 
 SCHEMES = ("fp", "master", "naive", "eco", "eco_exact", "kahan")
@@ -169,13 +171,16 @@ def _resolve_weights(weights: Any, scheme: str) -> Quantizer | Mapping | None:
     if isinstance(weights, Quantizer):
         return weights
     if isinstance(weights, Mapping):
-        return MappingProxyType(_weights_dict(weights, Quantizer, "a Quantizer"))
+        return MappingProxyType(weights_dict(weights, Quantizer, "a Quantizer"))
     raise TypeError(f"weights must be a Quantizer, a dict name -> Quantizer | None, or None; "
                     f"got {type(weights).__name__}")
 
 
-def _weights_dict(weights: Mapping, qtype: type, what: str) -> dict:
-    """A ``weights=`` dict checked: parameter names to ``qtype`` (``what``) or None."""
+def weights_dict(weights: Mapping, qtype: type, what: str) -> dict:
+    """A ``weights=`` dict checked: parameter names to ``qtype`` (``what``) or None.
+
+    Shared with the torch optimizers (:mod:`ecosim.torch.optim`), which pass their own
+    quantizer type."""
     out = {}
     for name, q in weights.items():
         if not isinstance(name, str):
@@ -187,8 +192,8 @@ def _weights_dict(weights: Mapping, qtype: type, what: str) -> dict:
     return out
 
 
-def _resolve_states(states: Any, moments: tuple[str, ...], scheme: str,
-                    convert: Callable[[Any], Any] | None = None) -> Mapping[str, Quantizer]:
+def resolve_states(states: Any, moments: tuple[str, ...], scheme: str,
+                   convert: Callable[[Any], Any] | None = None) -> Mapping[str, Quantizer]:
     """``states`` checked: keys among ``g``, the moments and ``master``; values quantizers
     (``convert(spec)``, default :func:`state_quantizer`: the torch backend passes its own)."""
     convert = convert or state_quantizer

@@ -69,8 +69,8 @@ from .base import (
     _check_beta,
     _check_real,
     _make_schedule,
-    _resolve_states,
     _resolve_weights,
+    resolve_states,
 )
 
 __all__ = ["Muon", "MuonState", "muon", "newton_schulz", "NS_COEFFICIENTS"]
@@ -191,7 +191,7 @@ class Muon(QuantizedOptimizer):
         if gain < 0:
             raise ValueError(f"eco_gain must be >= 0, got {gain!r}")
         set_(self, "eco_gain", gain)
-        set_(self, "states", _resolve_states(self.states, ("m", "v"), self.scheme))
+        set_(self, "states", resolve_states(self.states, ("m", "v"), self.scheme))
         adam = AdamW(lr=self.lr if self.adam_lr is None else self.adam_lr, b1=self.b1,
                      b2=self.b2, eps=self.eps, weight_decay=wd, scheme=self.scheme,
                      weights=self.weights, states=self.states,

@@ -72,8 +72,8 @@ from .base import (
     _check_real,
     _Ctx,
     _make_schedule,
-    _resolve_states,
     _resolve_weights,
+    resolve_states,
 )
 
 __all__ = ["SGDM", "SGDMState", "sgdm"]
@@ -137,7 +137,7 @@ class SGDM(QuantizedOptimizer):
         set_(self, "nesterov", check_bool(self.nesterov, "nesterov"))
         set_(self, "heavy_ball", check_bool(self.heavy_ball, "heavy_ball"))
         set_(self, "prev_scale", check_bool(self.prev_scale, "prev_scale"))
-        set_(self, "states", _resolve_states(self.states, ("m",), self.scheme))
+        set_(self, "states", resolve_states(self.states, ("m",), self.scheme))
 
     # -- coefficients ------------------------------------------------------------------------
     @property

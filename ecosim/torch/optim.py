@@ -95,8 +95,8 @@ import torch
 
 from .. import rng
 from .._checks import check_bool
-from ..optim.base import _resolve_states as _np_resolve_states
-from ..optim.base import _weights_dict
+from ..optim.base import resolve_states as _np_resolve_states
+from ..optim.base import weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer
 from .dtensor import is_dtensor, local_tensor
 from .nn import _Codec, _raw, stored
@@ -639,7 +639,7 @@ def _resolve_weights(weights):
     if weights is None or isinstance(weights, Quantizer):
         return weights
     if isinstance(weights, Mapping):
-        return _weights_dict(weights, Quantizer, "an ecosim.torch.Quantizer")
+        return weights_dict(weights, Quantizer, "an ecosim.torch.Quantizer")
     raise TypeError(f"weights must be an ecosim.torch.Quantizer, a dict name -> Quantizer | None, "
                     f"or None (stored weights use their store's quantizer); got "
                     f"{type(weights).__name__}")

@@ -32,7 +32,8 @@ import torch
 from .. import quantizer as _np_quantizer
 from .._checks import native
 from ..formats import Format, get
-from ..rounding import _F32, _F64
+from ..rounding import SRC_F32 as _F32
+from ..rounding import SRC_F64 as _F64
 from .rng import chunk_size
 from .rounding import _as_tensor, from_work_bits, pow2_bits, quantize, to_work_bits
 
@@ -133,7 +134,7 @@ class Quantizer:
 
     def _blocked(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
         """``x`` reshaped so that each block is reduced over the returned axes (as NumPy)."""
-        return _np_quantizer.Quantizer._blocked(self, x)
+        return _np_quantizer.blocked(self, x)
 
     # -- blocks and scales --------------------------------------------------------------------
     def scales(self, x) -> torch.Tensor:

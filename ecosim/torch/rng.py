@@ -28,7 +28,7 @@ import numbers
 
 import torch
 
-from ..rng import GOLDEN32, _mix32_int, as_key, fold_in, seed_of, split_key
+from ..rng import GOLDEN32, as_key, fold_in, mix32_int, seed_of, split_key
 
 __all__ = ["random_bits", "fold_in", "split_key", "as_key"]
 
@@ -86,7 +86,7 @@ def fill_bits(seed: int, counter: int, out: torch.Tensor, work=None) -> torch.Te
         torch.add(base[:m], lo, out=x)  # < 2**32: the low word does not wrap in a chunk
         x ^= k0
         _mix32(x, t[:m])
-        x ^= k1 ^ _mix32_int(hi + GOLDEN32)
+        x ^= k1 ^ mix32_int(hi + GOLDEN32)
         _mix32(x, t[:m])
         pos += m
     return out

@@ -29,7 +29,11 @@ import torch
 
 from .._checks import check_bool, native
 from ..formats import Format, get
-from ..rounding import MODES, _plan, _Plan, _representable, _src_for
+from ..rounding import MODES
+from ..rounding import Plan as _Plan
+from ..rounding import plan as _plan
+from ..rounding import representable as _representable
+from ..rounding import src_for as _src_for
 from . import rng as trng
 
 __all__ = ["quantize", "MODES"]

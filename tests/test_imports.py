@@ -1,0 +1,114 @@
+"""Packages talk through public names: no ecosim module uses another package's private name.
+
+A private name (``_x``, not a dunder) belongs to its package: modules of the same package (the
+same folder) may share it, modules elsewhere may not. Checked on the syntax tree of every module
+of ``ecosim``: ``from X import _x`` (relative imports resolved) and ``Y._x`` where ``Y`` was
+imported from another package (a module, a class or a function of it). What the torch backend
+needs from the core has public, documented names (``ecosim.rounding.plan``,
+``ecosim.rng.mix32``, ...).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ecosim"
+
+
+def _modules() -> dict[str, Path]:
+    """``{dotted name: path}`` of every module of ecosim (packages by their ``__init__``)."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = ("ecosim",) + path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _package(name: str) -> str:
+    """The package a module belongs to (a package's ``__init__`` belongs to the package)."""
+    return name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+
+
+# A named tuple's public API starts with an underscore (so as not to clash with field names).
+NAMEDTUPLE_API = {"_asdict", "_field_defaults", "_fields", "_make", "_replace"}
+
+
+def _private(name: str) -> bool:
+    return (name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+            and name not in NAMEDTUPLE_API)
+
+
+def _resolve(name: str, node: ast.ImportFrom) -> str:
+    """The absolute module of a ``from ... import`` in module ``name``."""
+    if not node.level:
+        return node.module or ""
+    base = _package(name).split(".")
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _owner(target: str) -> str | None:
+    """The ecosim module that defines what ``target`` (``module`` or ``module.name``) names."""
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def violations(name: str, path: Path) -> list[str]:
+    """``file:line: what`` for each private name of another package that module uses."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    here = _package(name)
+    foreign = {}  # local name -> owning ecosim module, for names imported from elsewhere
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            src = _resolve(name, node)
+            for alias in node.names:
+                owner = _owner(f"{src}.{alias.name}")
+                if owner is None or _package(owner) == here:
+                    continue
+                if _private(alias.name):
+                    found.append(f"{path.name}:{node.lineno}: from {src} import {alias.name}")
+                foreign[alias.asname or alias.name] = owner
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                owner = _owner(alias.name)
+                if owner is not None and _package(owner) != here and alias.asname:
+                    foreign[alias.asname] = owner
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            chain, root = [node.attr], node.value
+            while isinstance(root, ast.Attribute):  # Y.Cls._x: the chain down to its name
+                chain.append(root.attr)
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in foreign:
+                dotted = ".".join([root.id] + chain[::-1])
+                found.append(f"{path.name}:{node.lineno}: {dotted} ({foreign[root.id]})")
+    return sorted(found)
+
+
+def test_the_walk_sees_private_imports_and_attributes(tmp_path):
+    src = ("from ..rounding import _plan, quantize\nfrom .. import rng as _rng\n"
+           "from . import nn\nx = _rng._mix(1) + quantize._cache + nn._local + _rng.A._b\n")
+    path = tmp_path / "probe.py"
+    path.write_text(src)
+    MODULES["ecosim.torch.probe"] = path
+    try:
+        got = violations("ecosim.torch.probe", path)
+    finally:
+        del MODULES["ecosim.torch.probe"]
+    assert got == ["probe.py:1: from ecosim.rounding import _plan",
+                   "probe.py:4: _rng.A._b (ecosim.rng)", "probe.py:4: _rng._mix (ecosim.rng)",
+                   "probe.py:4: quantize._cache (ecosim.rounding)"]
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_private_names_across_packages(name):
+    assert violations(name, MODULES[name]) == []
