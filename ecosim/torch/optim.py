@@ -81,7 +81,8 @@ gradient (min and max propagate NaN and show inf) and one device sync per group.
 ``ECOAdamW(compile=True)`` fuses the element-wise moment math (see :class:`ECOAdamW`).
 
 Not mirrored: scheme ``"fp"`` (use ``torch.optim``), zero learning rates for ``eco_exact``
-(NumPy's pending error; refused here), DQT's ``prev_scale``, ``init_weights``, diagnostics.
+(NumPy's pending error; refused here), DQT's ``prev_scale``, ``init_weights``; the diagnostics
+are :meth:`~ECOAdamW.diagnostics` (``diagnostics=True``), not a step's return value.
 """
 
 from __future__ import annotations
@@ -100,13 +101,14 @@ from ..optim.base import weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer
 from .dtensor import is_dtensor, local_tensor
 from .nn import _Codec, _raw, stored
-from .quantizer import Encoded, Quantizer, _div
+from .quantizer import Encoded, Quantizer, _div, unpack
 
 __all__ = ["ECOSGD", "ECOAdamW"]
 
 _SCHEMES = ("master", "naive", "eco", "eco_exact", "kahan")
 _OWN_ATTRS = ("scheme", "weights", "states", "_meta", "_counter", "_step_count_t",
-              "nesterov", "heavy_ball", "wd_corrected_injection", "_math")
+              "nesterov", "heavy_ball", "wd_corrected_injection", "_math",
+              "collect_diagnostics", "_never", "_last_diag")
 
 
 def _check_lr(lr, scheme):
@@ -235,7 +237,11 @@ def _sr_key(key, *data):
 class _ECOBase(torch.optim.Optimizer):
     _moments: tuple = ("m",)
 
-    def __init__(self, params, defaults, scheme, weights, key, states):
+    def __init__(self, params, defaults, scheme, weights, key, states, diagnostics=False):
+        self.collect_diagnostics = check_bool(diagnostics, "diagnostics")
+        self._never: dict[str, torch.Tensor] = {}  # name -> weights never changed (diagnostics)
+        self._last_diag: dict | None = None
+        self._diag: _StepDiag | None = None
         if scheme not in _SCHEMES:
             raise ValueError(f"scheme must be one of {_SCHEMES}, got {scheme!r}")
         self.scheme = scheme
@@ -591,6 +597,7 @@ class _ECOBase(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         t = self._step_count_t
+        diag = self._diag = _StepDiag() if self.collect_diagnostics else None
         for group in self.param_groups:
             _check_lr(group["lr"], "fp")
             self._check_group(group)
@@ -599,12 +606,150 @@ class _ECOBase(torch.optim.Optimizer):
                 meta = self._meta[name]
                 w = self._weights_of(meta, p)
                 g = self._qgrad(g.to(w.dtype), self._key(group, meta), t, name)
+                if diag is None or meta.q is None:
+                    self._step_param(meta, p, w, g, self.state[p], group, t)
+                    continue
+                codes_old = self._flat_codes(p)
+                diag.begin(name)
                 self._step_param(meta, p, w, g, self.state[p], group, t)
+                self._diag_param(diag, meta, p, codes_old, g)
         self._step_count_t = t + 1
+        if diag is not None:
+            self._diag = None
+            self._last_diag = diag.result(t)
         return loss
+
+    def _flat_codes(self, p) -> torch.Tensor:
+        """The stored codes of quantized parameter ``p`` (a copy), one integer per weight in
+        C order (packed codes unpacked)."""
+        enc = self.encoded(p)
+        n = math.prod(local_tensor(p).shape) if stored(p) is None else math.prod(enc.shape)
+        if enc.packed_bits:
+            return unpack(enc.codes, enc.packed_bits, n)
+        return _raw(enc.codes).reshape(-1).clone()
+
+    def _diag_param(self, diag, meta, p, codes_old, g):
+        """Record the diagnostics of quantized parameter ``meta.name`` after its update."""
+        name = meta.name
+        new_w = self._weights_of(meta, p)
+        changed = self._flat_codes(p) != codes_old
+        never = self._never.get(name)
+        if never is None or never.shape != changed.shape:
+            never = self._never[name] = torch.ones_like(changed)
+        never &= ~changed
+        m = self._load(self.state[p], "m", new_w).to(torch.float64)
+        g64 = g.to(torch.float64)
+        diag.finish(name, torch.stack([
+            changed.sum().to(torch.float64), never.sum().to(torch.float64),
+            torch.tensor(float(changed.numel()), dtype=torch.float64, device=m.device),
+            torch.dot(m.ravel(), m.ravel()), torch.dot(g64.ravel(), g64.ravel())]))
+
+    def _inject(self, st, m, k, key, t, name):
+        """ECO's injection: ``m += k`` stored in ``m``'s format (SR tag ``"m_inject"``);
+        returns the stored values, and with diagnostics on records what survived (NumPy's
+        ``_Diag.inject``: the intended ``k`` against the stored momentum's move)."""
+        diag = self._diag
+        before = m.clone() if diag is not None else None
+        m += k
+        new_m = self._keep(st, "m", m, key, t, name, "m_inject")
+        if diag is not None:
+            diag.inject(name, k, new_m - before)
+        return new_m
+
+    def diagnostics(self) -> dict | None:
+        """The diagnostics of the last step (None before the first step, or when the optimizer
+        was built without ``diagnostics=True``).
+
+        Over the quantized parameters of this process (a DTensor parameter: its rows; the
+        full-precision ones are left out), aggregated and per parameter (``"params"``: name ->
+        the same keys):
+
+        * ``"changed_frac"``: the fraction of stored codes that changed in this step (the codes
+          of :meth:`encoded`; a rescaled block whose codes stayed counts as unchanged, where
+          NumPy's ``changed_frac`` compares values, all of which a moving row scale changes);
+        * ``"never_changed_frac"``: the fraction never changed since diagnostics began (the
+          first step taken with them on; :meth:`never_changed` gives the mask): weights
+          stalled by round-to-nearest;
+        * ``"m_over_g"``: ``|m| / |g|``, the 2-norm of the stored first moment after the
+          step over the 2-norm of this step's gradient (after its quantization point, before
+          weight decay); NaN for a zero gradient;
+        * ``"inject_kept"`` (ECO only, else NaN): NumPy's definition, ``<kept, intended> /
+          <intended, intended>`` in float64, ``intended`` the injection added to ``m`` and
+          ``kept`` the stored momentum's move (1 with a full-precision momentum; NaN when
+          nothing was injected), and ``"inject_lost"``: the fraction of elements with a
+          nonzero injection whose stored momentum did not move.
+
+        The aggregate of a ratio is the ratio of the sums (``sqrt(sum |m|^2 / sum |g|^2)``,
+        ``sum <kept, intended> / sum <intended, intended>``). Also ``"step"``: the step's
+        index. Collecting them costs a copy of each parameter's codes, a read of ``m``, a few
+        reductions and one device-to-host transfer per step, and changes no result. The
+        codes are compared through :meth:`encoded`: for a plain (not stored) parameter that
+        is an RTN encoding of its values before and after the step.
+        """
+        return self._last_diag
+
+    def never_changed(self, p) -> torch.Tensor:
+        """The bool mask of the stored weights of ``p`` (a tensor or its name; a DTensor's
+        rows) that no step has changed since diagnostics began (``diagnostics=True``)."""
+        name = p if isinstance(p, str) else next(
+            n for g in self.param_groups for n, q in zip(g["names"], g["params"]) if q is p)
+        if name not in self._never:
+            raise KeyError(f"no never-changed mask for {name!r}: it is not quantized, no step "
+                           "has run, or the optimizer was built without diagnostics=True")
+        return self._never[name]
 
     def _check_group(self, group):
         pass
+
+
+class _StepDiag:
+    """Collects one step's diagnostics as device tensors, one row per quantized parameter:
+    ``[changed, never, n, |m|^2, |g|^2, <kept, intended>, <intended, intended>, injected,
+    lost]`` (float64); :meth:`result` moves them to the host in one transfer."""
+
+    _INJ = 4  # the injection's entries, zeros when nothing was injected
+
+    def __init__(self):
+        self.rows: dict[str, list] = {}
+        self.injected: set[str] = set()
+
+    def begin(self, name):
+        self.rows[name] = [None, None]
+
+    def inject(self, name, intended, kept):
+        a = intended.to(torch.float64).ravel()
+        b = kept.to(torch.float64).ravel()
+        nz = a != 0
+        self.rows[name][1] = torch.stack([torch.dot(a, b), torch.dot(a, a),
+                                          nz.sum().to(torch.float64),
+                                          (nz & (b == 0)).sum().to(torch.float64)])
+        self.injected.add(name)
+
+    def finish(self, name, row):
+        inj = self.rows[name][1]
+        self.rows[name][0] = torch.cat([row, inj if inj is not None else
+                                        row.new_zeros(self._INJ)])
+
+    @staticmethod
+    def _values(changed, never, n, msq, gsq, dot, isq, inj_n, lost, injected):
+        return {
+            "changed_frac": changed / n if n else 0.0,
+            "never_changed_frac": never / n if n else 0.0,
+            "m_over_g": math.sqrt(msq / gsq) if gsq > 0 else math.nan,
+            "inject_kept": dot / isq if injected and isq > 0 else math.nan,
+            "inject_lost": lost / inj_n if injected and inj_n else math.nan,
+        }
+
+    def result(self, t) -> dict:
+        names = list(self.rows)
+        if not names:
+            return {"step": t, **self._values(0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, False),
+                    "params": {}}
+        dev = self.rows[names[0]][0].device
+        table = torch.stack([self.rows[n][0].to(dev) for n in names]).tolist()  # one sync
+        per = {n: self._values(*row, n in self.injected) for n, row in zip(names, table)}
+        tot = [math.fsum(col) for col in zip(*table)]
+        return {"step": t, **self._values(*tot, bool(self.injected)), "params": per}
 
 
 def _full_tensor(v) -> torch.Tensor:
@@ -677,6 +822,10 @@ class ECOSGD(_ECOBase):
         states: per-buffer formats ``{"g": ..., "m": ..., "master": ...}``: an
             :class:`ecosim.torch.Quantizer`, a format name or a ``(format, mode)`` pair (as
             :func:`ecosim.optim.base.state_quantizer`).
+        diagnostics: collect per-step diagnostics (:meth:`diagnostics`, :meth:`never_changed`):
+            the fraction of stored weights changed, never changed, ``|m|/|g|`` and ECO's
+            injected energy kept. Off by default (then it costs nothing); on, it changes no
+            result.
 
     Example:
         >>> import torch
@@ -691,7 +840,8 @@ class ECOSGD(_ECOBase):
     """
 
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, *, scheme="eco",
-                 weights=None, key=0, nesterov=False, heavy_ball=False, states=None):
+                 weights=None, key=0, nesterov=False, heavy_ball=False, states=None,
+                 diagnostics=False):
         lo_ok = scheme not in ("eco", "eco_exact")
         if not (0.0 <= momentum < 1.0) or (not lo_ok and momentum == 0.0):
             raise ValueError(f"momentum must be in {'[0, 1)' if lo_ok else '(0, 1)'} for "
@@ -702,7 +852,7 @@ class ECOSGD(_ECOBase):
         self.heavy_ball = check_bool(heavy_ball, "heavy_ball")
         super().__init__(params, dict(lr=lr, momentum=float(momentum),
                                       weight_decay=float(weight_decay), next_lr=None),
-                         scheme, weights, key, states)
+                         scheme, weights, key, states, diagnostics)
 
     def _gain(self, beta):
         return beta * beta if self.nesterov else beta
@@ -761,8 +911,7 @@ class ECOSGD(_ECOBase):
         if meta.scheme == "eco":
             a = (1.0 / lr) * (1.0 - 1.0 / beta)
             e *= a / beta if self.nesterov else a
-            m += e
-            self._keep(st, "m", m, key, t, name, "m_inject")
+            self._inject(st, m, e, key, t, name)
         else:  # eco_exact
             m += st["e_prev"] * (beta / (gain * lr))
             m -= e * (1.0 / (gain * self._lr_next(group)))
@@ -787,7 +936,7 @@ class ECOAdamW(_ECOBase):
         master:    theta = theta_tilde                                          [q_master]
 
     Args:
-        params, weights, key, states: as :class:`ECOSGD` (``states`` keys ``"g"``,
+        params, weights, key, states, diagnostics: as :class:`ECOSGD` (``states`` keys ``"g"``,
             ``"m"``, ``"v"``, ``"master"``).
         lr: learning rate (> 0 for eco).
         betas: ``(b1, b2)``; ``b1`` in (0, 1) for eco/eco_exact.
@@ -818,7 +967,7 @@ class ECOAdamW(_ECOBase):
 
     def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
                  scheme="eco", weights=None, key=0, states=None, wd_corrected_injection=False,
-                 compile=False):
+                 compile=False, diagnostics=False):
         b1, b2 = (float(b) for b in betas)
         eco = scheme in ("eco", "eco_exact")
         if not (0.0 <= b1 < 1.0) or (eco and b1 == 0.0):
@@ -835,7 +984,7 @@ class ECOAdamW(_ECOBase):
         self._math = _AdamMath(check_bool(compile, "compile"))
         super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=float(eps),
                                       weight_decay=float(weight_decay)), scheme, weights, key,
-                         states)
+                         states, diagnostics)
 
     def _init_state(self, st, group, meta, full, w):
         self._zeros(st, "m", full)
@@ -882,8 +1031,7 @@ class ECOAdamW(_ECOBase):
                 coef *= decay
             d *= coef
             d *= e
-            m += d
-            self._keep(st, "m", m, key, t, name, "m_inject")
+            self._inject(st, m, d, key, t, name)
         else:  # eco_exact
             st["e_prev"] = e
 
