@@ -9,6 +9,7 @@ every weight with a nonzero update with some probability. Measured: never-change
 (naive RTN), 0.025 (ECO RTN), 0.014 (both SR); the asserted thresholds leave wide margins.
 """
 
+import json
 import math
 
 import numpy as np
@@ -176,3 +177,28 @@ def test_m_over_g_and_no_injection():
     with pytest.raises(KeyError):
         ECOSGD([torch.nn.Parameter(torch.ones(2))], 0.1, weights=et.Quantizer("int8", scale=1.0),
                scheme="naive").never_changed("0")
+
+
+def test_lm_cli_logs_and_records_diagnostics_without_changing_the_run(corpus, tmp_path, capsys):
+    from ecosim.torch import lm
+    res = tmp_path / "r.jsonl"
+    args = ["--preset", "tiny", "--method", "fp8_eco_rtn", "--steps", "4", "--batch", "2",
+            "--seq", "32", "--data", corpus, "--eval-every", "4", "--eval-batches", "1",
+            "--log-every", "2", "--results", str(res)]
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert lm.main(args + ["--quiet"]) == 0
+        assert lm.main(args + ["--diagnostics"]) == 0
+    finally:
+        torch.set_num_threads(n)
+    out = capsys.readouterr().out
+    assert "never changed" in out and "inject kept" in out
+    off, on = (json.loads(line) for line in res.read_text().splitlines())
+    assert off["diagnostics"] is None
+    assert [d["step"] for d in on["diagnostics"]] == [2, 4]
+    for d in on["diagnostics"]:
+        assert 0 < d["changed_frac"] <= 1 and 0 <= d["never_changed_frac"] < 1
+        assert d["m_over_g"] > 0 and d["inject_kept"] == pytest.approx(1.0, rel=1e-6)
+    assert on["diagnostics"][1]["never_changed_frac"] <= on["diagnostics"][0]["never_changed_frac"]
+    assert on["curve"] == off["curve"] and on["final_train_loss"] == off["final_train_loss"]

@@ -631,13 +631,14 @@ class _ECOBase(torch.optim.Optimizer):
     def _diag_param(self, diag, meta, p, codes_old, g):
         """Record the diagnostics of quantized parameter ``meta.name`` after its update."""
         name = meta.name
-        new_w = self._weights_of(meta, p)
         changed = self._flat_codes(p) != codes_old
         never = self._never.get(name)
         if never is None or never.shape != changed.shape:
             never = self._never[name] = torch.ones_like(changed)
         never &= ~changed
-        m = self._load(self.state[p], "m", new_w).to(torch.float64)
+        like = torch.empty(local_tensor(p).shape, device="meta",
+                           dtype=meta.layer._value_dtype if meta.layer is not None else p.dtype)
+        m = self._load(self.state[p], "m", like).to(torch.float64)
         g64 = g.to(torch.float64)
         diag.finish(name, torch.stack([
             changed.sum().to(torch.float64), never.sum().to(torch.float64),

@@ -81,6 +81,11 @@ Results record (one JSON line per finished run; non-finite numbers are written a
   ``peak_memory_kind`` (``torch.cuda.max_memory_allocated`` on CUDA; on the CPU the nbytes of
   the parameters and optimizer states), ``tokens_per_s`` (training time only), ``wall_s``,
   ``train_s``, ``eval_s`` (cumulative over resumed ``segments``);
+* diagnostics (``--diagnostics``, else null): one entry per curve point, the quantized
+  optimizer's last step there (:meth:`ecosim.torch.ECOAdamW.diagnostics`): ``step``,
+  ``changed_frac`` (codes changed by that step), ``never_changed_frac`` (never changed since
+  the start of this segment: a resume starts the mask afresh), ``m_over_g``,
+  ``inject_kept``, ``inject_lost`` (ECO only);
 * provenance: ``device``, ``device_name``, ``torch``, ``python``, ``threads``, ``corpus``
   (source, files, bytes, sha256), ``split`` (block, val_every, train/val bytes).
 

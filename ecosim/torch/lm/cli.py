@@ -73,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--diverge-loss", type=float)
     ap.add_argument("--storage", default=d.storage, choices=STORAGES,
                     help="where the quantized weights live")
+    ap.add_argument("--diagnostics", action="store_true",
+                    help="log and record the quantized optimizer's per-step diagnostics "
+                         "(codes changed, never changed, |m|/|g|, ECO injection kept) at "
+                         "every curve point (costs time)")
     ap.add_argument("--fsdp", action="store_true",
                     help="shard parameters and optimizer states with FSDP2 (needs --storage "
                          "param; run under torchrun)")

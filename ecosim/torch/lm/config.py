@@ -112,6 +112,12 @@ class LMConfig:
             ``fsdp``). Both give the same
             trajectory for naive and ECO, bit for bit; the master schemes start their master
             copy from ``q(W_0)`` with ``"codes"`` and from ``W_0`` with ``"param"``.
+        diagnostics: collect the quantized optimizer's per-step diagnostics
+            (:meth:`ecosim.torch.ECOAdamW.diagnostics`: fraction of codes changed, never
+            changed, ``|m|/|g|``, ECO's injected energy kept) and log and record them at every
+            curve point (record field ``diagnostics``; with ``fsdp``, rank 0's rows). Off by
+            default: they cost time (measured on ``tiny``, one thread: about +5 ms on a
+            12-22 ms quantized optimizer step).
         fsdp: shard every parameter on dim 0 with FSDP2 (``fully_shard`` on each block and
             on the root; needs ``storage="param"``). The optimizers work on each process's
             rows (:class:`~ecosim.torch.ECOAdamW` takes the DTensor parameters: row-wise
@@ -149,6 +155,7 @@ class LMConfig:
     diverge_loss: float | None = None
     storage: str = "codes"
     fsdp: bool = False
+    diagnostics: bool = False
 
     def __post_init__(self):
         get_preset(self.preset)

@@ -27,6 +27,7 @@ from .distributed import Env, clip_grad_norm, fully_shard_model, gather_tensor, 
 
 __all__ = ["build_optimizers", "train"]
 
+DIAG_KEYS = ("changed_frac", "never_changed_frac", "m_over_g", "inject_kept", "inject_lost")
 _VAL_KEY = rng.fold_in(0, "val")  # validation batches: the same for every seed and method
 
 
@@ -54,7 +55,7 @@ def build_optimizers(model: Transformer, cfg: LMConfig) -> list:
             weights = None  # stored layers carry their quantizer
         opts.insert(0, ECOAdamW([(n, p) for n, p in named if n in qnames], cfg.lr,
                                 weight_decay=cfg.weight_decay, scheme=method.scheme,
-                                weights=weights, key=key, **hp))
+                                weights=weights, key=key, diagnostics=cfg.diagnostics, **hp))
     return opts
 
 
@@ -254,6 +255,7 @@ class _Run:
         if step % cfg.log_every == 0 or evaluating:
             hist["curve"].append([step, record.mean(hist["window"]), None])
             hist["window"] = []
+            self.diagnose(step)
         if evaluating:
             te = time.perf_counter()
             hist["curve"][-1][2] = self.evaluate()
@@ -263,6 +265,22 @@ class _Run:
                          f"val {hist['curve'][-1][2]:.4f}  "
                          f"lr {self.opts[0].param_groups[0]['lr']:.3g}  "
                          f"tok/s {hist['tokens'] / max(hist['train_s'], 1e-9):.0f}")
+
+    def diagnose(self, step: int) -> None:
+        """With ``cfg.diagnostics``: keep the quantized optimizer's diagnostics of the last
+        step (``hist["diagnostics"]``, a record field) and log them."""
+        opt = self.opts[0]
+        if not self.cfg.diagnostics or not isinstance(opt, ECOAdamW):
+            return
+        d = opt.diagnostics()
+        if d is None:  # pragma: no cover - a step ran before this call
+            return
+        row = {"step": step, **{k: d[k] for k in DIAG_KEYS}}
+        self.hist.setdefault("diagnostics", []).append(row)
+        if self.show:
+            self.log(f"step {step}/{self.cfg.steps}  changed {d['changed_frac']:.4f}  "
+                     f"never changed {d['never_changed_frac']:.4f}  "
+                     f"|m|/|g| {d['m_over_g']:.3g}  inject kept {d['inject_kept']:.4g}")
 
     def evaluate(self) -> float:
         """The mean validation loss over ``cfg.eval_batches`` fixed batches, split over the

@@ -127,5 +127,6 @@ def build(run, diverged: bool) -> dict:
                   "train_bytes": int(run.train_tok.numel()),
                   "val_bytes": int(run.val_tok.numel())},
         "eval_batches": cfg.eval_batches,
+        "diagnostics": hist.get("diagnostics") if cfg.diagnostics else None,
     }
     return jsonable(record)
