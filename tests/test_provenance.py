@@ -210,3 +210,17 @@ def test_killed_figures_run_leaves_no_worker(tmp_path, sig):
                 os.kill(w, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def test_digest_covers_the_blas_kernel(monkeypatch):
+    """Another OpenBLAS kernel sums float32 products in another order: another key."""
+    exp = E.get("mlp_methods")
+    cfg = exp.default_config(smoke=True)
+    assert "blas" in exp.code() and exp.code()["blas"]["probe"]
+    base = exp.digest(cfg)
+    P.code_fingerprint.cache_clear()
+    monkeypatch.setattr(P, "blas_fingerprint", lambda: {"libraries": None, "probe": "other"})
+    try:
+        assert exp.digest(cfg) != base
+    finally:
+        P.code_fingerprint.cache_clear()

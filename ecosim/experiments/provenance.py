@@ -7,6 +7,10 @@ file, lazy imports inside functions included) through the ``ecosim`` package, tr
 hashes the bytes of every ecosim source file it reaches. The third-party packages those files
 import (NumPy, ml_dtypes, SciPy, torch...) enter the key as their installed versions, and the
 Python version too (the LM experiment's default corpus is the standard library's source).
+Where NumPy is imported, so is the BLAS that NumPy runs at run time (:func:`blas_fingerprint`):
+OpenBLAS picks its kernel for the CPU it finds, and kernels sum float32 products in different
+orders, so the same code and versions give different bits on different CPUs (stochastic
+rounding then turns a last-bit difference into another trajectory).
 
 Rules of the walk (static, on the syntax tree, so a module is never imported to be hashed):
 
@@ -32,7 +36,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["code_fingerprint", "git_revision", "package_versions", "source_files"]
+__all__ = ["blas_fingerprint", "code_fingerprint", "git_revision", "package_versions",
+           "source_files"]
 
 _PACKAGE = "ecosim"
 _ROOT = Path(__file__).resolve().parent.parent  # the ecosim package directory
@@ -101,7 +106,8 @@ def _closure(roots: tuple[str, ...], root: Path) -> tuple[dict[str, Path], set[s
             continue
         followed[name] = path
         modules, ext = _imports(path, name, root)
-        external |= ext
+        if name != __name__:  # this module's own imports only fingerprint, never compute
+            external |= ext
         stack += [m for m in modules if m not in followed]
     files = dict(followed)
     for name in list(followed):  # parents that Python executes on the way
@@ -168,8 +174,54 @@ def code_fingerprint(*modules: str, root: str | None = None) -> dict:
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
     v = sys.version_info
-    return {"source_sha256": h.hexdigest(), "files": len(files),
-            "packages": package_versions(external), "python": f"{v.major}.{v.minor}.{v.micro}"}
+    out = {"source_sha256": h.hexdigest(), "files": len(files),
+           "packages": package_versions(external), "python": f"{v.major}.{v.minor}.{v.micro}"}
+    if "numpy" in external:
+        out["blas"] = blas_fingerprint()
+    if "torch" in external:
+        out["torch_cpu"] = _torch_cpu_capability()
+    return out
+
+
+def _torch_cpu_capability() -> str | None:
+    """The vector instruction set torch's CPU kernels dispatch to here (e.g. ``AVX2``)."""
+    try:
+        import torch
+        return str(torch.backends.cpu.get_cpu_capability())
+    except (ImportError, AttributeError):
+        return None
+
+
+@lru_cache(maxsize=1)
+def blas_fingerprint() -> dict:
+    """What NumPy's linear algebra runs on this machine, as far as it changes bits.
+
+    ``libraries``: the BLAS libraries loaded (library, version, the kernel chosen for this
+    CPU, e.g. OpenBLAS's ``Haswell``) where threadpoolctl is installed, else None; ``probe``:
+    a hash of the bytes of a few fixed float32 products (matrix and vector shapes of the
+    size the experiments use), which differs whenever the kernel sums in another order.
+
+    Example:
+        >>> sorted(blas_fingerprint())
+        ['libraries', 'probe']
+    """
+    import numpy as np
+
+    try:
+        from threadpoolctl import threadpool_info
+        libs = sorted((i.get("internal_api"), i.get("version"), i.get("architecture"))
+                      for i in threadpool_info() if i.get("user_api") == "blas")
+        libraries = [list(map(str, lib)) for lib in libs]
+    except ImportError:
+        libraries = None
+    h = hashlib.sha256()
+    x = (np.arange(1, 64 * 97 + 1, dtype=np.float64) * 0.6180339887498949 % 1.0 - 0.5)
+    x = x.astype(np.float32)
+    for m, k, n in ((64, 97, 1), (64, 97, 33), (8, 64, 97), (97, 64, 64)):
+        a = x[: m * k].reshape(m, k)
+        b = x[: k * n].reshape(k, n) if n > 1 else x[:k]
+        h.update(np.ascontiguousarray(a @ b).tobytes())
+    return {"libraries": libraries, "probe": h.hexdigest()[:16]}
 
 
 @lru_cache(maxsize=1)
