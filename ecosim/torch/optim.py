@@ -597,7 +597,8 @@ class _ECOBase(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         t = self._step_count_t
-        diag = self._diag = _StepDiag() if self.collect_diagnostics else None
+        diag = self._diag = (_StepDiag() if getattr(self, "collect_diagnostics", False)
+                             else None)
         for group in self.param_groups:
             _check_lr(group["lr"], "fp")
             self._check_group(group)
@@ -642,14 +643,14 @@ class _ECOBase(torch.optim.Optimizer):
         g64 = g.to(torch.float64)
         diag.finish(name, torch.stack([
             changed.sum().to(torch.float64), never.sum().to(torch.float64),
-            torch.tensor(float(changed.numel()), dtype=torch.float64, device=m.device),
-            torch.dot(m.ravel(), m.ravel()), torch.dot(g64.ravel(), g64.ravel())]))
+            torch.dot(m.ravel(), m.ravel()), torch.dot(g64.ravel(), g64.ravel())]),
+            changed.numel())
 
     def _inject(self, st, m, k, key, t, name):
         """ECO's injection: ``m += k`` stored in ``m``'s format (SR tag ``"m_inject"``);
         returns the stored values, and with diagnostics on records what survived (NumPy's
         ``_Diag.inject``: the intended ``k`` against the stored momentum's move)."""
-        diag = self._diag
+        diag = getattr(self, "_diag", None)
         before = m.clone() if diag is not None else None
         m += k
         new_m = self._keep(st, "m", m, key, t, name, "m_inject")
@@ -684,8 +685,9 @@ class _ECOBase(torch.optim.Optimizer):
         ``sum <kept, intended> / sum <intended, intended>``). Also ``"step"``: the step's
         index. Collecting them costs a copy of each parameter's codes, a read of ``m``, a few
         reductions and one device-to-host transfer per step, and changes no result. The
-        codes are compared through :meth:`encoded`: for a plain (not stored) parameter that
-        is an RTN encoding of its values before and after the step.
+        codes are compared through :meth:`encoded`: for a stored weight its codes (a copy,
+        no sync); for a plain (not stored) parameter an RTN encoding of its values before and
+        after the step, whose scale check adds a sync per parameter.
         """
         return self._last_diag
 
@@ -705,13 +707,15 @@ class _ECOBase(torch.optim.Optimizer):
 
 class _StepDiag:
     """Collects one step's diagnostics as device tensors, one row per quantized parameter:
-    ``[changed, never, n, |m|^2, |g|^2, <kept, intended>, <intended, intended>, injected,
-    lost]`` (float64); :meth:`result` moves them to the host in one transfer."""
+    ``[changed, never, |m|^2, |g|^2, <kept, intended>, <intended, intended>, injected,
+    lost]`` (float64; the sizes are host ints); :meth:`result` moves them to the host in one
+    transfer."""
 
     _INJ = 4  # the injection's entries, zeros when nothing was injected
 
     def __init__(self):
         self.rows: dict[str, list] = {}
+        self.sizes: dict[str, int] = {}  # elements per parameter (host ints)
         self.injected: set[str] = set()
 
     def begin(self, name):
@@ -726,13 +730,14 @@ class _StepDiag:
                                           (nz & (b == 0)).sum().to(torch.float64)])
         self.injected.add(name)
 
-    def finish(self, name, row):
+    def finish(self, name, row, n):
         inj = self.rows[name][1]
         self.rows[name][0] = torch.cat([row, inj if inj is not None else
                                         row.new_zeros(self._INJ)])
+        self.sizes[name] = n
 
     @staticmethod
-    def _values(changed, never, n, msq, gsq, dot, isq, inj_n, lost, injected):
+    def _values(n, changed, never, msq, gsq, dot, isq, inj_n, lost, injected):
         return {
             "changed_frac": changed / n if n else 0.0,
             "never_changed_frac": never / n if n else 0.0,
@@ -748,9 +753,11 @@ class _StepDiag:
                     "params": {}}
         dev = self.rows[names[0]][0].device
         table = torch.stack([self.rows[n][0].to(dev) for n in names]).tolist()  # one sync
-        per = {n: self._values(*row, n in self.injected) for n, row in zip(names, table)}
+        per = {n: self._values(self.sizes[n], *row, n in self.injected)
+               for n, row in zip(names, table)}
         tot = [math.fsum(col) for col in zip(*table)]
-        return {"step": t, **self._values(*tot, bool(self.injected)), "params": per}
+        return {"step": t, **self._values(sum(self.sizes.values()), *tot, bool(self.injected)),
+                "params": per}
 
 
 def _full_tensor(v) -> torch.Tensor:
