@@ -27,8 +27,12 @@ def _magnitude_grid(fmt: Format):
 
 
 def round_reference(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int = 32,
-                    saturate: bool = True) -> np.ndarray:
-    """Round finite float64 values ``x`` onto ``fmt`` (see :func:`ecosim.quantize`)."""
+                    saturate: bool = True, sr_rule: str = "floor") -> np.ndarray:
+    """Round finite float64 values ``x`` onto ``fmt`` (see :func:`ecosim.quantize`).
+
+    ``sr_rule="nearest"`` counts ``rint(p * 2**nbits)`` rounding-up words (ties to even)
+    instead of ``floor(p * 2**nbits)``.
+    """
     fmt = get(fmt)
     x = np.asarray(x, dtype=np.float64)
     if not np.isfinite(x).all():
@@ -58,7 +62,8 @@ def round_reference(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbit
         up = (dhi < dlo) | (tie & tie_up)
     else:
         rb = np.asarray(rbits).astype(np.uint64) & np.uint64((1 << nbits) - 1)
-        t = np.floor(np.ldexp((a - lo) / (hi - lo), nbits)).astype(np.uint64)
+        scaled = np.ldexp((a - lo) / (hi - lo), nbits)
+        t = (np.rint(scaled) if sr_rule == "nearest" else np.floor(scaled)).astype(np.uint64)
         up = (rb + t) >= np.uint64(1 << nbits)
     mag = np.where(up, hi, lo)
     mag = np.where(beyond, a, mag)  # far past the top: overflow below

@@ -27,9 +27,13 @@ from . import rng
 from ._checks import check_bool, native
 from .formats import Format, get
 
-__all__ = ["quantize", "MODES"]
+__all__ = ["quantize", "MODES", "SR_RULES"]
 
 MODES = ("rtn", "sr")
+#: How SR turns the position ``p`` into a count of rounding-up words (``sr_rule=``): ``"floor"``
+#: (the default) counts ``floor(p * 2**nbits)``; ``"nearest"`` counts ``p * 2**nbits`` rounded to
+#: nearest, ties to even (docs/theory.md §2.2 gives the bias of each).
+SR_RULES = ("floor", "nearest")
 _CHUNK = 1 << 15  # elements: 128 KiB per float32 temporary
 
 
@@ -87,6 +91,7 @@ class _Plan:
     sr: bool
     nbits: int
     saturate: bool
+    sr_rule: str = "floor"  # "floor" or "nearest": see SR_RULES
     sh: int = 0  # S - M: low bits dropped in the normal range
     minnorm: int = 0  # bits of 2**max(emin, working emin): below it, _small_values
     maxbits: int = 0  # bits of the largest finite value
@@ -97,18 +102,19 @@ class _Plan:
 
 
 @lru_cache(maxsize=256)
-def _plan(fmt: Format, work: np.dtype, sr: bool, nbits: int, saturate: bool) -> _Plan:
+def _plan(fmt: Format, work: np.dtype, sr: bool, nbits: int, saturate: bool,
+          sr_rule: str = "floor") -> _Plan:
     src = _src_for(work)
     if not _representable(fmt, src):
         raise ValueError(f"{fmt.name} values are not all representable in {work}; "
                          "pass float64 input")
     if not fmt.is_float:
-        return _Plan(fmt, src, sr, nbits, saturate)
+        return _Plan(fmt, src, sr, nbits, saturate, sr_rule)
     S, M = src.mant, fmt.mantissa_bits
     bits_of = lambda v: int(np.array(v, work).view(src.udtype))  # noqa: E731
     qexp = fmt.emin - M if fmt.subnormals else fmt.emin
     maxbits = bits_of(fmt.max)
-    return _Plan(fmt, src, sr, nbits, saturate, sh=S - M,
+    return _Plan(fmt, src, sr, nbits, saturate, sr_rule, sh=S - M,
                  minnorm=bits_of(math.ldexp(1.0, max(fmt.emin, src.emin))), maxbits=maxbits,
                  infbits=bits_of(np.inf), qexp=qexp,
                  hi=maxbits + ((1 << (S - M - 1)) - 1 if S > M and not sr else 0),
@@ -118,7 +124,7 @@ def _plan(fmt: Format, work: np.dtype, sr: bool, nbits: int, saturate: bool) -> 
 
 
 def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int = 32, key=None,
-             saturate: bool = True) -> np.ndarray:
+             saturate: bool = True, sr_rule: str = "floor") -> np.ndarray:
     """Round ``x`` onto the grid of ``fmt``.
 
     Args:
@@ -131,7 +137,8 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
             ``"sr"``, stochastic rounding: with ``p`` the position of ``|x|`` between its two
             neighbours ``lo < hi`` and ``r`` the low ``nbits`` of the random bits, the magnitude
             goes to ``hi`` iff ``r + floor(p * 2**nbits) >= 2**nbits``. Exactly
-            ``floor(p * 2**nbits)`` of the ``2**nbits`` values of ``r`` round up.
+            ``floor(p * 2**nbits)`` of the ``2**nbits`` values of ``r`` round up (the default
+            ``sr_rule="floor"``).
         rbits: random bits for SR, an integer array of ``x``'s shape (unsigned, or signed with
             non-negative values); only the low ``nbits`` of each word are used.
         nbits: how many low bits of each random word SR uses (1..32).
@@ -141,6 +148,14 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
             clamp to +-max; NaN stays NaN (NaN is on no grid: it propagates). False: the
             format's own rules, exactly as an ``ml_dtypes`` cast gives them for float32 input
             (overflow to inf or NaN, or to +-max for FP6/FP4, which also map NaN to a zero).
+        sr_rule: for ``mode="sr"``, how ``p`` becomes a count of rounding-up words.
+            ``"floor"`` (default): ``t = floor(p * 2**nbits)``, biased toward zero by up to
+            ``2**-nbits`` of a step (about ``2**-(nbits+1)`` on average) when ``p`` has more than
+            ``nbits`` bits. ``"nearest"``: ``t = p * 2**nbits`` rounded to nearest, ties to even
+            (``t`` may be ``2**nbits``: always up); the error of ``t`` is then at most half a
+            unit and averages out, so SR is nearly unbiased (gfloat's ``RoundMode.Stochastic``;
+            ``"floor"`` is its ``StochasticFastest``). Either way the magnitude goes up iff
+            ``r + t >= 2**nbits``; with ``nbits >= `` the bits of ``p`` the rules agree.
 
     Returns:
         An array of ``x``'s dtype (native byte order) and shape whose values lie on the grid. Signed zeros keep
@@ -164,7 +179,7 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
     arr = native(arr)  # dtype dispatch compares dtypes, and ">f4" != float32
     out_dtype = arr.dtype
     sr = mode == "sr"
-    plan = _prepare(fmt, out_dtype, sr, nbits, saturate)
+    plan = _prepare(fmt, out_dtype, sr, nbits, saturate, sr_rule)
     work = plan.src.dtype
     xw = np.ascontiguousarray(arr, dtype=work).reshape(-1)
     bits_src = None
@@ -178,7 +193,8 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
     return out if out_dtype == work else out.astype(out_dtype)
 
 
-def _prepare(fmt: Format, out_dtype: np.dtype, sr: bool, nbits, saturate: bool) -> _Plan:
+def _prepare(fmt: Format, out_dtype: np.dtype, sr: bool, nbits, saturate: bool,
+             sr_rule: str = "floor") -> _Plan:
     """The checks of :func:`quantize` for an input of (native) ``out_dtype``, and the plan.
 
     The plan works in float64 for float64 input and in float32 otherwise.
@@ -192,7 +208,11 @@ def _prepare(fmt: Format, out_dtype: np.dtype, sr: bool, nbits, saturate: bool) 
         raise ValueError(f"integer format {fmt.name} has no overflow encoding: use saturate=True")
     if not isinstance(nbits, int) or isinstance(nbits, bool) or not 1 <= nbits <= 32:
         raise ValueError(f"nbits must be an int in 1..32, got {nbits!r}")
-    return _plan(fmt, work, sr, nbits if sr else 32, saturate)
+    if sr_rule not in SR_RULES:
+        raise ValueError(f"sr_rule must be one of {SR_RULES}, got {sr_rule!r}")
+    if sr_rule == "floor":
+        return _plan(fmt, work, sr, nbits if sr else 32, saturate)
+    return _plan(fmt, work, sr, nbits if sr else 32, saturate, sr_rule if sr else "floor")
 
 
 def _random_source(shape, rbits, key):
@@ -249,15 +269,50 @@ def _kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, *, no_over=False
 
 
 def _sr_up(frac_units: np.ndarray, rbits: np.ndarray, nbits: int, udt) -> np.ndarray:
-    """SR decision: ``r + t >= 2**nbits`` written as ``r > (2**nbits - 1) - t`` (no overflow).
+    """SR decision: ``r + t >= 2**nbits`` written as ``t > (2**nbits - 1) - r`` (no overflow).
 
-    ``frac_units`` is ``t = floor(p * 2**nbits)`` in ``[0, 2**nbits)``.
+    ``frac_units`` is ``t`` in ``[0, 2**nbits]``: ``floor(p * 2**nbits)``, or with
+    ``sr_rule="nearest"`` ``p * 2**nbits`` rounded to nearest (see :func:`_sr_units`).
     """
     nmask = udt.type((1 << nbits) - 1)
     r = rbits.astype(udt, copy=False)
     if nbits < 32 or rbits.dtype.itemsize > 4:
         r = r & nmask
-    return r > (nmask - frac_units)
+    return frac_units > (nmask - r)
+
+
+def _sr_units(plan: _Plan, scaled: np.ndarray, udt) -> np.ndarray:
+    """``t`` from ``scaled = p * 2**nbits`` (exact): its floor, or rint (ties to even)."""
+    t = np.rint(scaled) if plan.sr_rule == "nearest" else np.floor(scaled)
+    return t.astype(udt)
+
+
+def _sr_addend(plan: _Plan, rbits: np.ndarray, a: np.ndarray, r: np.ndarray) -> None:
+    """Write into ``r`` what SR adds to the magnitude bits ``a`` before truncating ``sh`` bits.
+
+    ``"floor"``: the top ``sh`` of the ``nbits`` random bits, aligned with the dropped bits (a
+    carry out of them is ``r + floor(p * 2**nbits) >= 2**nbits``: see :func:`_float_kernel`).
+    ``"nearest"`` with ``k = sh - nbits > 0``: also ``2**(k-1) - 1`` plus bit ``k`` of ``a``, the
+    ties-to-even rounding of the low ``sh`` bits to their top ``nbits``, so the carry is
+    ``(r << k) + low' >= 2**sh`` with ``low'`` the rounded low bits (whose own low ``k`` bits
+    cannot add a carry: both sides are then multiples of ``2**k``), i.e. ``r + t >= 2**nbits``
+    with ``t = rint(p * 2**nbits)``. The addend stays below ``2**sh`` (``2**sh - 2**k + 2**(k-1)``
+    at most), as for the floor rule, so nothing new can round past max.
+    """
+    U = plan.src.udtype.type
+    sh = plan.sh
+    if rbits.dtype == plan.src.udtype and plan.nbits == 8 * rbits.dtype.itemsize:
+        rr = rbits
+    else:
+        rr = rbits.astype(plan.src.udtype) & U((1 << plan.nbits) - 1)
+    if plan.nbits >= sh:
+        np.right_shift(rr, U(plan.nbits - sh), out=r)
+    else:
+        k = sh - plan.nbits
+        np.left_shift(rr, U(k), out=r)
+        if plan.sr_rule == "nearest":
+            r += (a >> U(k)) & U(1)
+            r += U((1 << (k - 1)) - 1)
 
 
 def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=False) -> None:
@@ -286,15 +341,8 @@ def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=Fa
         # SR on the bits: with j = nbits - sh >= 0, "r + (low << j) >= 2**nbits" is exactly
         # "(r >> j) + low >= 2**sh", i.e. a carry out of the dropped bits (and with
         # j < 0, "(r << -j) + low >= 2**sh"). So adding the scaled random word and truncating
-        # is the count rule of docs/theory.md §2.2 itself, bit for bit.
-        if rbits.dtype == src.udtype and plan.nbits == 8 * rbits.dtype.itemsize:
-            rr = rbits
-        else:
-            rr = rbits.astype(src.udtype) & U((1 << plan.nbits) - 1)
-        if plan.nbits >= sh:
-            np.right_shift(rr, U(plan.nbits - sh), out=r)
-        else:
-            np.left_shift(rr, U(sh - plan.nbits), out=r)
+        # is the count rule of docs/theory.md §2.2 itself, bit for bit (_sr_addend).
+        _sr_addend(plan, rbits, a, r)
         r += a
         r &= ~lowmask
 
@@ -346,7 +394,7 @@ def _small_values(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
         y = ax * src.dtype.type(2.0 ** -plan.qexp)
         if plan.sr:
             n = np.floor(y)
-            t = np.floor(np.ldexp(y - n, plan.nbits)).astype(src.udtype)
+            t = _sr_units(plan, np.ldexp(y - n, plan.nbits), src.udtype)
             n += _sr_up(t, rbits, plan.nbits, src.udtype)
         else:
             n = np.rint(y, out=y)
@@ -357,7 +405,7 @@ def _small_values(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
     y = np.ldexp(ax, -qexp)  # exact: power-of-two scaling onto integer steps
     if plan.sr:
         n = np.floor(y)
-        t = np.floor(np.ldexp(y - n, plan.nbits)).astype(src.udtype)
+        t = _sr_units(plan, np.ldexp(y - n, plan.nbits), src.udtype)
         n += _sr_up(t, rbits, plan.nbits, src.udtype)
     elif fmt.ties == "even":
         n = np.rint(y)  # ties to even: an even count of steps is an even code
@@ -392,7 +440,7 @@ def _int_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
             n = np.floor(y)
             frac = y - n  # inf - inf is NaN here; the clip below handles inf
             frac[~np.isfinite(frac)] = 0
-            t = np.floor(np.ldexp(frac, plan.nbits)).astype(np.uint64)
+            t = _sr_units(plan, np.ldexp(frac, plan.nbits), np.dtype(np.uint64))
             n += _sr_up(t, rbits, plan.nbits, np.dtype(np.uint64))
         else:
             n = np.rint(y)
@@ -460,14 +508,7 @@ def _float_code_kernel(plan: _Plan, x, codes, rbits, no_over: bool, defer: bool)
         else:
             np.add(a, U(1 << (sh - 1)), out=r)
     else:
-        if rbits.dtype == src.udtype and plan.nbits == 8 * rbits.dtype.itemsize:
-            rr = rbits
-        else:
-            rr = rbits.astype(src.udtype) & U((1 << plan.nbits) - 1)
-        if plan.nbits >= sh:
-            np.right_shift(rr, U(plan.nbits - sh), out=r)
-        else:
-            np.left_shift(rr, U(sh - plan.nbits), out=r)
+        _sr_addend(plan, rbits, a, r)
         r += a
     if sh:
         r >>= U(sh)  # the truncation and the shift to the mantissa field at once
@@ -610,7 +651,7 @@ def _int_code_kernel(plan: _Plan, x: np.ndarray, codes: np.ndarray, rbits) -> No
 # -- what the torch backend shares (ecosim.torch.rounding, ecosim.torch.quantizer) ----------------
 #: The constants of one (format, working dtype, mode, nbits, saturate) rounding.
 Plan = _Plan
-#: ``plan(fmt, work, sr, nbits, saturate)``: the :class:`Plan` of a rounding (ValueError when
+#: ``plan(fmt, work, sr, nbits, saturate, sr_rule="floor")``: the :class:`Plan` of a rounding (ValueError when
 #: the format's values are not all representable in the working dtype ``work``).
 plan = _plan
 #: ``representable(fmt, src)``: whether every finite value of ``fmt`` is a value of ``src``.

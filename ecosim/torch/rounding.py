@@ -29,7 +29,7 @@ import torch
 
 from .._checks import check_bool, native
 from ..formats import Format, get
-from ..rounding import MODES
+from ..rounding import MODES, SR_RULES
 from ..rounding import Plan as _Plan
 from ..rounding import plan as _plan
 from ..rounding import representable as _representable
@@ -50,7 +50,7 @@ _SIGNED_INTS = (torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int = 32, key=None,
-             saturate: bool = True) -> torch.Tensor:
+             saturate: bool = True, sr_rule: str = "floor") -> torch.Tensor:
     """Round ``x`` onto the grid of ``fmt``: :func:`ecosim.quantize` for torch tensors.
 
     Same arguments, rules and errors as the NumPy function, and the same bits: given the same
@@ -73,6 +73,9 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
         key: instead of ``rbits``: an int, or ``(key, counter)``.
         saturate: True: finite overflow and infinities clamp to +-max, NaN propagates. False:
             the format's own rules, as an ``ml_dtypes`` cast of float32 gives them.
+        sr_rule: ``"floor"`` (default, the rule above) or ``"nearest"``: SR counts
+            ``p * 2**nbits`` rounded to nearest, ties to even, instead of its floor (nearly
+            unbiased with few random bits; see :func:`ecosim.quantize`).
 
     Returns:
         A tensor of ``x``'s dtype, shape and device, on the grid.
@@ -98,8 +101,13 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
     sr = mode == "sr"
     if not isinstance(nbits, int) or isinstance(nbits, bool) or not 1 <= nbits <= 32:
         raise ValueError(f"nbits must be an int in 1..32, got {nbits!r}")
+    if sr_rule not in SR_RULES:
+        raise ValueError(f"sr_rule must be one of {SR_RULES}, got {sr_rule!r}")
     work = np.dtype(np.float64) if x.dtype == torch.float64 else np.dtype(np.float32)
-    plan = _plan(fmt, work, sr, nbits if sr else 32, saturate)
+    if sr_rule == "floor":
+        plan = _plan(fmt, work, sr, nbits if sr else 32, saturate)
+    else:
+        plan = _plan(fmt, work, sr, nbits if sr else 32, saturate, sr_rule if sr else "floor")
     bits_src = None
     if sr:
         bits_src = _random_source(x, rbits, key)
@@ -287,7 +295,13 @@ def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws) -> t
         if plan.nbits >= sh:
             u >>= plan.nbits - sh
         else:
-            u <<= sh - plan.nbits
+            k = sh - plan.nbits
+            u <<= k
+            if plan.sr_rule == "nearest":
+                # Ties-to-even rounding of the dropped bits to their top nbits (as NumPy's
+                # _sr_addend): bit k of the magnitude plus 2**(k-1) - 1; still below 2**sh.
+                u += (r >> k) & 1
+                u += (1 << (k - 1)) - 1
         t.copy_(u)
         r += t
         r &= ~lowmask
@@ -407,7 +421,14 @@ def _small_values(plan: _Plan, a: torch.Tensor, rbits) -> torch.Tensor:
     if plan.sr:
         nb = plan.nbits
         # t = floor(rem * 2**nbits / 2**d), with the true d (rem < 2**min(d, 54)).
-        t = torch.where(d >= nb, rem >> (d - nb).clamp(0, 62), rem << (nb - d).clamp(0, 62))
+        k = (d - nb).clamp(0, 62)
+        if plan.sr_rule == "nearest":
+            # rint(rem * 2**nbits / 2**d), ties to even; rem < 2**54, so the sum stays in int64.
+            half = (one << (k - 1).clamp(min=0)) - 1
+            rounded = (rem + torch.where(k > 0, half + ((rem >> k) & 1), 0)) >> k
+        else:
+            rounded = rem >> k
+        t = torch.where(d >= nb, rounded, rem << (nb - d).clamp(0, 62))
         nmask = (1 << nb) - 1
         up = (rbits & nmask) > (nmask - t)
     else:
@@ -433,7 +454,10 @@ def _int_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits) -> None:
     y = torch.fmin(x.abs(), torch.tensor(lim, dtype=fdt, device=x.device))
     if plan.sr:
         n = y.floor()
-        t = ((y - n) * float(2**plan.nbits)).floor().to(torch.int64)  # exact, < 2**nbits
+        t = (y - n) * float(2**plan.nbits)  # exact
+        # floor, < 2**nbits; or ties to even (torch.round), <= 2**nbits: r > nmask - t still
+        # decides r + t >= 2**nbits in int64.
+        t = (t.round() if plan.sr_rule == "nearest" else t.floor()).to(torch.int64)
         nmask = (1 << plan.nbits) - 1
         n += ((rbits & nmask) > (nmask - t)).to(fdt)
     elif lim <= 2.0**src.mant:
