@@ -1,0 +1,177 @@
+"""Results storage: validation, byte-deterministic ``.npz`` files, atomic writes, the Cache.
+
+Cache: ``<root>/<experiment>/<digest>.npz`` where ``digest`` is the experiment's cache key
+(:meth:`~ecosim.experiments.registry.Experiment.digest`). Each entry's ``.json`` beside it
+records the key and the provenance of the code that computed it (git revision, dirty flag,
+source hash); an entry that cannot be read is recomputed with a one-line notice. Files are
+written byte-deterministic (:func:`save_results`: stored zip members with a fixed timestamp,
+``.npy`` payloads) to a temporary file in the same directory and moved into place with
+:func:`os.replace`, so a file that exists is complete, and a rerun writes the very same bytes.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import provenance as _provenance
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .registry import Experiment
+
+__all__ = ["Cache", "Results", "as_results", "atomic_write", "load_results", "results_bytes",
+           "save_results"]
+
+
+Results = dict[str, np.ndarray]
+"""What a compute function returns: named NumPy arrays (no object dtype)."""
+
+DEFAULT_CACHE = ".ecosim_cache"
+CACHE_ENV = "ECOSIM_CACHE"
+_RESULT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest zip timestamp: fixed, so bytes are stable
+
+
+# -- results: validation and byte-stable storage ------------------------------------------------
+
+def as_results(raw: Mapping[str, Any], where: str = "results") -> Results:
+    """Validate and normalise a compute function's output to ``{str: ndarray}``."""
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"{where}: a compute function returns a dict of arrays, "
+                        f"got {type(raw).__name__}")
+    out = {}
+    for key in sorted(raw):
+        if not isinstance(key, str) or not _RESULT_KEY.match(key):
+            raise ValueError(f"{where}: result name {key!r} must match {_RESULT_KEY.pattern}")
+        arr = np.asarray(raw[key])
+        if arr.dtype.hasobject or arr.dtype.kind not in "biufcUSM":
+            raise TypeError(f"{where}: result {key!r} has dtype {arr.dtype}; use numeric, "
+                            "bool or fixed-width string arrays")
+        arr = np.array(arr, order="C", copy=True)  # a private copy (0-d stays 0-d)
+        arr.setflags(write=False)
+        out[key] = arr
+    return out
+
+
+def results_bytes(results: Mapping[str, np.ndarray]) -> bytes:
+    """The byte-deterministic ``.npz`` image of ``results``: sorted, stored, fixed timestamps."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+        for key in sorted(results):
+            member = io.BytesIO()
+            np.lib.format.write_array(member, np.asarray(results[key], order="C"),
+                                      allow_pickle=False)
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_TIME)
+            info.external_attr = 0o644 << 16
+            info.create_system = 3  # unix, whatever the platform
+            zf.writestr(info, member.getvalue())
+    return buf.getvalue()
+
+
+def save_results(path: str | os.PathLike, results: Mapping[str, Any]) -> Path:
+    """Write ``results`` to ``path`` (``.npz``) atomically and byte-deterministically."""
+    path = Path(path)
+    atomic_write(path, results_bytes(as_results(results, str(path))))
+    return path
+
+
+def load_results(path: str | os.PathLike) -> Results:
+    """Read a ``.npz`` written by :func:`save_results` (no pickles)."""
+    # from bytes: np.load leaves its file open when the archive is corrupt
+    with np.load(io.BytesIO(Path(path).read_bytes()), allow_pickle=False) as npz:
+        return as_results({k: npz[k] for k in npz.files}, str(path))
+
+
+def atomic_write(path: Path, data: bytes) -> bool:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace``.
+
+    Returns False (and leaves the file and its mtime alone) when it already holds ``data``.
+    """
+    path = Path(path)
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return True
+
+
+# -- cache --------------------------------------------------------------------------------------
+
+class Cache:
+    """Results on disk under ``root/<experiment>/<digest>.npz`` (plus a ``.json`` of the key).
+
+    ``root`` defaults to ``$ECOSIM_CACHE`` or ``.ecosim_cache`` in the working directory.
+    """
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        if root is None:
+            root = os.environ.get(CACHE_ENV) or DEFAULT_CACHE
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"Cache({str(self.root)!r})"
+
+    def path(self, exp: Experiment, cfg: Config, unit=None) -> Path:
+        return self.root / exp.name / f"{exp.digest(cfg, unit)[:32]}.npz"
+
+    def load(self, exp: Experiment, cfg: Config, unit=None) -> Results | None:
+        """Cached results, or None when absent or unreadable (then they are recomputed, and a
+        one-line notice on stderr says so)."""
+        path = self.path(exp, cfg, unit)
+        if not path.exists():
+            return None
+        try:
+            return load_results(path)
+        except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+            print(f"ecosim: cache entry {path} is unreadable ({type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); recomputing it",
+                  file=sys.stderr)
+            return None
+
+    def provenance(self, exp: Experiment, cfg: Config, unit=None) -> dict[str, Any]:
+        """Who computed an entry: ``{"git_revision", "git_dirty", "source_sha256"}`` from its
+        ``.json`` (Nones where the file is missing or older than this record)."""
+        try:
+            doc = json.loads(self.path(exp, cfg, unit).with_suffix(".json").read_text())
+            prov = doc.get("provenance") or {}
+        except (OSError, ValueError, AttributeError):
+            prov = {}
+        return {k: prov.get(k) for k in ("git_revision", "git_dirty", "source_sha256")}
+
+    def save(self, exp: Experiment, cfg: Config, unit, results: Results) -> Path:
+        """Write an entry: the ``.npz`` and a ``.json`` of its key and provenance."""
+        path = self.path(exp, cfg, unit)
+        doc = exp.key_doc(cfg, unit)
+        rev, dirty = _provenance.git_revision()
+        doc["provenance"] = {"git_revision": rev, "git_dirty": dirty,
+                             "source_sha256": doc["code"]["source_sha256"]}
+        atomic_write(path.with_suffix(".json"),
+                     (json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
+        atomic_write(path, results_bytes(results))
+        return path
