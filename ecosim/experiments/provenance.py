@@ -161,7 +161,7 @@ def code_fingerprint(*modules: str, root: str | None = None) -> dict:
     Example:
         >>> fp = code_fingerprint("ecosim.experiments.beta_factor")
         >>> sorted(fp)
-        ['files', 'packages', 'python', 'source_sha256']
+        ['blas', 'files', 'packages', 'python', 'source_sha256']
         >>> "numpy" in fp["packages"]
         True
     """
