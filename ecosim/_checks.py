@@ -11,15 +11,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["native", "check_bool", "NonFiniteGradient"]
+__all__ = ["native", "check_bool", "NonFiniteError", "NonFiniteGradient"]
 
 
-class NonFiniteGradient(ValueError):
-    """A gradient holds NaN or inf: the optimizer refuses to write it into the weights.
+class NonFiniteError(ValueError):
+    """NaN or inf where a step needs finite values: a gradient, or the input of a
+    data-dependent scale (a moment that overflowed on its way to a divergence).
 
     A :class:`ValueError`, so code that catches bad input keeps working;
     :func:`ecosim.train.train` catches this class (and only it) to record a divergence.
     """
+
+
+class NonFiniteGradient(NonFiniteError):
+    """A gradient holds NaN or inf: the optimizer refuses to write it into the weights."""
 
 
 def native(arr: np.ndarray, *, copy: bool = False) -> np.ndarray:

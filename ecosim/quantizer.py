@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ._checks import check_bool, native
+from ._checks import NonFiniteError, check_bool, native
 from .formats import Format, decode_bits, get
 from .rounding import (_CHUNK, MODES, _candidate_codes, _chunk_bits, _code_kernel, _kernel,
                        _prepare, _random_source, quantize)
@@ -441,9 +441,9 @@ def _groups(R: int, C: int, fuse: bool):
         yield g, min(g + step, R)
 
 
-def _nonfinite(xb: np.ndarray) -> ValueError:
+def _nonfinite(xb: np.ndarray) -> NonFiniteError:
     bad = ~np.isfinite(xb)
-    return ValueError(f"input has {int(bad.sum())} non-finite values; a data-dependent "
+    return NonFiniteError(f"input has {int(bad.sum())} non-finite values; a data-dependent "
                       "scale is undefined (check gradients/updates for inf/NaN)")
 
 

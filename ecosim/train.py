@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import rng
-from ._checks import NonFiniteGradient, check_bool
+from ._checks import NonFiniteError, check_bool
 from .metrics import error_similarity
 
 __all__ = ["History", "train", "FIELDS", "DIAGNOSTICS", "OUTCOMES", "initial_point"]
@@ -168,8 +168,9 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
             ``optimizer.init``).
 
     Returns:
-        A :class:`History`. The run *diverges* (outcome ``"diverged"``, nothing raised) when a
-        gradient is non-finite (:class:`~ecosim._checks.NonFiniteGradient`), with
+        A :class:`History`. The run *diverges* (outcome ``"diverged"``, nothing raised) when the
+        step meets NaN/inf (:class:`~ecosim._checks.NonFiniteError`: a non-finite gradient, or a
+        moment that overflowed into a data-dependent scale), with
         ``diverge_on_loss`` when a batch loss is, or when the rounding errors compared at a
         logged step (this update's and the previous one's) are non-finite: the update
         overflowed. That update is not recorded.
@@ -214,7 +215,7 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
             try:
                 params_new, state_new, diag = optimizer.step(params, grads, state,
                                                              diagnostics=True)
-            except NonFiniteGradient:
+            except NonFiniteError:  # a non-finite gradient, or a moment that overflowed
                 outcome, done = "diverged", t
                 break
             if per_step is not None:

@@ -157,3 +157,18 @@ def test_per_step_diagnostics_match_the_optimizer():
         assert d["m_over_g"][t] == pytest.approx(m / gn, rel=1e-12)
     assert_array_equal(h.params["W0"], p["W0"])
     assert 0 < np.nanmean(d["inject_kept"]) <= 1.0 + 1e-12
+
+
+def test_a_moment_that_overflows_into_a_data_dependent_scale_is_a_divergence():
+    """FP8 E4M3 momentum with a per-row absmax scale: when m overflows to inf the scale is
+    undefined and the quantizer raises NonFiniteError; train records a divergence (as the
+    mlp_states sweep needs for this variant and seed) instead of raising."""
+    from ecosim import experiments as E
+    from ecosim._checks import NonFiniteError, NonFiniteGradient
+
+    assert issubclass(NonFiniteGradient, NonFiniteError)
+    exp = E.get("mlp_states")
+    out = exp.compute(exp.default_config(), {"variant": "adamw:eco_sr:bf16_rtn:e4m3_rtn",
+                                             "seed": 3})
+    assert bool(out["diverged"]) and int(out["stopped_at"]) == 1
+    assert np.isnan(out["final_val_loss"])

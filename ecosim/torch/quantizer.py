@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from .. import quantizer as _np_quantizer
-from .._checks import native
+from .._checks import NonFiniteError, native
 from ..formats import Format, get
 from ..rounding import SRC_F32 as _F32
 from ..rounding import SRC_F64 as _F64
@@ -294,7 +294,7 @@ def _check_finite(reduced: torch.Tensor, xb: torch.Tensor) -> None:
     """Refuse a non-finite input, seen through its per-block reduction (amax or mean)."""
     if not bool(torch.isfinite(reduced).all()):
         bad = int((~torch.isfinite(xb)).sum())
-        raise ValueError(f"input has {bad} non-finite values; a data-dependent scale is "
+        raise NonFiniteError(f"input has {bad} non-finite values; a data-dependent scale is "
                          "undefined (check gradients/updates for inf/NaN)")
 
 
