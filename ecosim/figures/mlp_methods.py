@@ -241,7 +241,7 @@ error; symmetric-log axis, linear within +-0.002). (c) The same gaps in the pape
 (C4 validation loss of 30M-800M Llama-style models; crosses: naive+RTN diverged at every size).
 The numbers, ours beside the paper's, with the shape checked on both by the same code, are in
 mlp_table.md. Carried over: ECO+SR stays close to master weights (its gap to BF16 is of the
-size of master+SR's); naive+SR is worse than ECO+SR at every width; naive+RTN fails (it stalls
+size of master+SR's); naive+SR's mean is above ECO+SR's at most widths, by a few thousandths at most (with 8 seeds not at every width: see mlp_table.md); naive+RTN fails (it stalls
 rather than diverges); ECO+RTN lies between. Not carried over: the naive+SR penalty is small
 here and does not grow with width (it is smaller at 128-256 than at 32-64), where the paper's
 grows with model size; the paper's recipe changes with size (its learning rate falls, its
