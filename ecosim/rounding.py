@@ -315,6 +315,34 @@ def _sr_addend(plan: _Plan, rbits: np.ndarray, a: np.ndarray, r: np.ndarray) -> 
             r += U((1 << (k - 1)) - 1)
 
 
+def _add_rounding(plan: _Plan, a: np.ndarray, r: np.ndarray, rbits) -> None:
+    """Write into ``r`` the magnitude bits ``a`` plus what rounds them when ``plan.sh`` low bits
+    are dropped: truncating ``r`` afterwards gives the rounded magnitude (a carry out of the
+    dropped bits is the step up, and it carries into the exponent).
+
+    RTN: half a step (``2**(sh-1)``); ties to even adds half a step minus one plus the kept
+    part's lowest bit instead. SR: with ``j = nbits - sh >= 0``, ``r + (low << j) >= 2**nbits``
+    is exactly ``(r >> j) + low >= 2**sh``, a carry out of the dropped bits (with ``j < 0``,
+    ``(r << -j) + low >= 2**sh``), so adding the scaled random word (:func:`_sr_addend`) and
+    truncating is the count rule of docs/theory.md §2.2 itself, bit for bit. Shared by the
+    value kernel (:func:`_float_kernel`) and the code kernel (:func:`_float_code_kernel`).
+    """
+    U = plan.src.udtype.type
+    sh = plan.sh
+    if plan.sr:
+        _sr_addend(plan, rbits, a, r)
+        r += a
+    elif sh == 0:
+        r[...] = a
+    elif plan.fmt.ties == "even":
+        np.right_shift(a, U(sh), out=r)
+        r &= U(1)
+        r += a
+        r += U((1 << (sh - 1)) - 1)
+    else:
+        np.add(a, U(1 << (sh - 1)), out=r)
+
+
 def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=False) -> None:
     fmt, src = plan.fmt, plan.src
     U = src.udtype.type
@@ -322,29 +350,10 @@ def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=Fa
     a = b & U(_absmask(src))  # magnitude bits: monotone in |x|
     sign = b ^ a
     sh = plan.sh
-    lowmask = U((1 << sh) - 1)
     r = out.view(src.udtype)  # the rounded magnitude is built in place in the output
-    if not plan.sr:
-        if sh == 0:
-            r[...] = a
-        elif fmt.ties == "even":
-            # Ties to even: add half a step minus one, plus the kept part's lowest bit.
-            np.right_shift(a, U(sh), out=r)
-            r &= U(1)
-            r += a
-            r += U((1 << (sh - 1)) - 1)
-            r &= ~lowmask
-        else:
-            np.add(a, U(1 << (sh - 1)), out=r)
-            r &= ~lowmask
-    else:
-        # SR on the bits: with j = nbits - sh >= 0, "r + (low << j) >= 2**nbits" is exactly
-        # "(r >> j) + low >= 2**sh", i.e. a carry out of the dropped bits (and with
-        # j < 0, "(r << -j) + low >= 2**sh"). So adding the scaled random word and truncating
-        # is the count rule of docs/theory.md §2.2 itself, bit for bit (_sr_addend).
-        _sr_addend(plan, rbits, a, r)
-        r += a
-        r &= ~lowmask
+    _add_rounding(plan, a, r, rbits)
+    if sh:
+        r &= ~U((1 << sh) - 1)  # truncation: the carry out of the dropped bits is the rounding
 
     # Below the smallest normal: a uniform grid (subnormals, flush-to-zero, or no zero at all).
     small = a < U(plan.minnorm)
@@ -497,19 +506,7 @@ def _float_code_kernel(plan: _Plan, x, codes, rbits, no_over: bool, defer: bool)
         np.subtract(a if fmt.signed else b, U(plan.minnorm), out=r)
         cand = r > U(plan.hi - plan.minnorm)
     sh = plan.sh
-    if not plan.sr:
-        if sh == 0:
-            r[...] = a
-        elif fmt.ties == "even":
-            np.right_shift(a, U(sh), out=r)
-            r &= U(1)
-            r += a
-            r += U((1 << (sh - 1)) - 1)
-        else:
-            np.add(a, U(1 << (sh - 1)), out=r)
-    else:
-        _sr_addend(plan, rbits, a, r)
-        r += a
+    _add_rounding(plan, a, r, rbits)
     if sh:
         r >>= U(sh)  # the truncation and the shift to the mantissa field at once
     np.copyto(codes, r, casting="unsafe")  # modulo 2**(code bits): the subtraction wraps alike
