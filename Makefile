@@ -44,7 +44,7 @@ test-latest:
 	$(PYTHON) -m venv $(LATEST)
 	$(LATEST)/bin/python -m pip install --quiet --upgrade pip
 	$(LATEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager \
-		-c $(TORCH_PIN) -e '.[test,torch,bench]'
+		-c $(TORCH_PIN) -e '.[test,torch,bench,cluster]'
 	$(LATEST)/bin/python -m pip freeze --exclude-editable > $(LATEST)/versions.txt
 	@echo "newest versions under test: $$(grep -Ei '^(numpy|scipy|ml.dtypes|matplotlib|torch|gfloat|hypothesis|pytest)=' $(LATEST)/versions.txt | tr '\n' ' ')"
 	$(LATEST)/bin/python -m pytest -p no:cacheprovider
@@ -64,7 +64,7 @@ lock:
 	rm -rf .venv-lock
 	$(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/python -m pip install --quiet 'pip-tools==7.6.2'
-	.venv-lock/bin/pip-compile --quiet --upgrade --extra test --extra torch --extra bench \
+	.venv-lock/bin/pip-compile --quiet --upgrade --extra test --extra torch --extra bench --extra cluster \
 		--strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links \
 		-c requirements/torch-cpu.txt -o $(LOCK) pyproject.toml
 	rm -rf .venv-lock
