@@ -1,0 +1,406 @@
+"""What the ECO optimizers (:class:`~ecosim.torch.optim.ECOSGD`,
+:class:`~ecosim.torch.optim.ECOAdamW`) share: naming parameters, the initial weight write,
+low-precision buffers (stored as codes, SR keys per buffer), the weight write of every scheme,
+the gradient checks and the step loop. Each optimizer adds its state (``_init_state``) and its
+update (``_step_param``); see :mod:`ecosim.torch.optim` for the rules and the SR keys.
+Checkpoints are :mod:`ecosim.torch.optim_state`'s, diagnostics :mod:`ecosim.torch.optim_diag`'s,
+shard layouts :mod:`ecosim.torch.dtensor`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+import torch
+
+from .. import rng
+from .._checks import check_bool
+from ..optim.base import resolve_states as _np_resolve_states
+from ..optim.base import weights_dict
+from ..optim.base import compensation_quantizer, state_quantizer
+from .dtensor import (_check_sharded_quantizer, _Shard, _shard_of, _ShardKey, _sr_key,
+                      is_dtensor, local_tensor)
+from .nn import _Codec, stored
+from .optim_diag import _DiagnosticsMixin, _StepDiag
+from .optim_state import _CheckpointMixin
+from .quantizer import Encoded, Quantizer
+
+_SCHEMES = ("master", "naive", "eco", "eco_exact", "kahan")
+
+
+def _check_lr(lr, scheme):
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) \
+            or lr < 0:
+        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
+    if scheme in ("eco", "eco_exact") and lr <= 0:
+        raise ValueError(f"scheme {scheme!r} needs lr > 0 (its injection divides by lr), "
+                         f"got {lr!r}")
+
+
+def _torch_quantizer(q) -> Quantizer:
+    """An :class:`ecosim.torch.Quantizer` from a torch or NumPy Quantizer (same fields)."""
+    if isinstance(q, Quantizer):
+        return q
+    return Quantizer(q.fmt, q.mode, q.granularity, q.scale, q.pow2, q.nbits, q.saturate)
+
+
+def _state_codec(spec) -> _Codec:
+    """:func:`ecosim.optim.base.state_quantizer` for torch: a torch Quantizer is used as is."""
+    if isinstance(spec, Quantizer):
+        return _Codec(spec)
+    return _Codec(_torch_quantizer(state_quantizer(spec)))
+
+
+@dataclasses.dataclass
+class _Meta:
+    """What the optimizer knows about one parameter."""
+
+    name: str
+    q: Quantizer | None        # the weight quantizer (None: full precision, updated as "fp")
+    layer: object | None       # the QuantizedLinear holding the codes, for stored weights
+    scheme: str
+    codec: _Codec | None = None  # the weight quantizer's storage
+    comp: _Codec | None = None  # Kahan's compensation buffer
+    shard: "_Shard | None" = None  # where this process's rows sit (DTensor parameters)
+
+
+class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
+    """The optimizer both ECO optimizers are: see the module docstring."""
+
+    _moments: tuple = ("m",)
+
+    def __init__(self, params, defaults, scheme, weights, key, states, diagnostics=False):
+        self.collect_diagnostics = check_bool(diagnostics, "diagnostics")
+        self._never: dict[str, torch.Tensor] = {}  # name -> weights never changed (diagnostics)
+        self._last_diag: dict | None = None
+        self._diag: _StepDiag | None = None
+        if scheme not in _SCHEMES:
+            raise ValueError(f"scheme must be one of {_SCHEMES}, got {scheme!r}")
+        self.scheme = scheme
+        self.weights = _resolve_weights(weights)
+        self.states = self._resolve_states(states, scheme)
+        _check_lr(defaults["lr"], scheme)
+        self._meta: dict[str, _Meta] = {}
+        self._counter = 0
+        self._step_count_t = 0
+        super().__init__(params, dict(defaults, key=rng.as_key(key)))
+        if isinstance(self.weights, Mapping):
+            extra = set(self.weights) - set(self._meta)
+            if extra:
+                raise ValueError(f"weights names {sorted(extra)} are not parameters "
+                                 f"(parameters: {sorted(self._meta)})")
+        if all(m.q is None for m in self._meta.values()):
+            raise ValueError(f"scheme {scheme!r} has nothing to quantize: pass weights= (an "
+                             "ecosim.torch.Quantizer, or a dict name -> Quantizer | None) or "
+                             "parameters stored by ecosim.torch.nn.store_weights")
+
+    @classmethod
+    def _resolve_states(cls, states, scheme) -> dict:
+        return dict(_np_resolve_states(states, cls._moments, scheme, convert=_state_codec))
+
+    # -- parameters -----------------------------------------------------------------------------
+    def add_param_group(self, param_group):
+        """Add a group (tensors or ``(name, tensor)`` pairs): names its parameters, makes the
+        initial weight write ``q(p)`` and builds their states (as at construction)."""
+        group = param_group
+        ps = group["params"]
+        if isinstance(ps, torch.Tensor):
+            ps = [ps]
+        elif isinstance(ps, set):
+            raise TypeError("parameters must be an ordered collection (a list), not a set")
+        names, tensors = [], []
+        for p in list(ps):
+            if isinstance(p, tuple):
+                if len(p) != 2 or not isinstance(p[1], torch.Tensor):
+                    raise TypeError(f"a named parameter is a (name, tensor) pair, got {p!r}")
+                name, t = str(p[0]), p[1]
+            elif isinstance(p, torch.Tensor):
+                name, t = str(self._counter), p
+            else:
+                raise TypeError(f"parameters must be tensors or (name, tensor) pairs, got "
+                                f"{type(p).__name__}")
+            self._counter += 1
+            layer = stored(t)
+            names.append(layer.name if layer is not None else name)
+            tensors.append(t)
+        group["params"], group["names"] = tensors, names
+        dup = [n for n in names if n in self._meta] + [n for n in set(names)
+                                                       if names.count(n) > 1]
+        if dup:
+            raise ValueError(f"parameter names must be unique, got {sorted(set(dup))} twice "
+                             "(a stored weight is named by its store)")
+        super().add_param_group(group)
+        group["key"] = rng.as_key(group["key"])
+        _check_lr(group["lr"], self.scheme)
+        with torch.no_grad():
+            for name, p in zip(names, tensors):
+                self._init_param(group, name, p)
+
+    def _quantizer_for(self, name, layer) -> Quantizer | None:
+        w = self.weights
+        named = w.get(name) if isinstance(w, Mapping) else w
+        if layer is None:
+            return named
+        if named is not None and named != layer.quantizer:
+            raise ValueError(f"stored weight {name!r} holds codes of {layer.quantizer}, but "
+                             f"weights= gives {named} for it")
+        return layer.quantizer
+
+    def _init_param(self, group, name, p):
+        layer = stored(p)
+        shard = _shard_of(name, p) if is_dtensor(p) else None
+        if layer is not None:  # W_0 when the layer still has it (see ecosim.torch.nn)
+            w0 = layer.pop_initial()
+            full = (w0.to(device=layer.codes.device, dtype=layer._value_dtype, copy=True)
+                    if w0 is not None
+                    and self.scheme in ("master", "eco_exact", "kahan") else layer.read())
+        else:
+            if p.dtype not in (torch.float32, torch.float64):
+                raise TypeError(f"parameter {name!r} must be float32 or float64, got {p.dtype}")
+            full = local_tensor(p).detach().clone()  # a DTensor's rows held here
+        if not bool(torch.isfinite(full).all()):
+            raise ValueError(f"parameter {name!r} has non-finite values")
+        q = self._quantizer_for(name, layer)
+        if layer is None and q is not None and p.ndim > 2 and not q.fixed \
+                and q.granularity != "tensor":
+            raise ValueError(
+                f"parameter {name!r} has shape {tuple(p.shape)}: granularity "
+                f"{q.granularity!r} scales along its last axis (a kernel row), not per output "
+                "channel; store it with ecosim.torch.quantize_model/store_weights (one scale "
+                "per output channel) or give it weights=None or a tensor-wise quantizer")
+        meta = _Meta(name, q, layer, self.scheme if q is not None else "fp",
+                     layer._codec if layer is not None else (_Codec(q) if q else None),
+                     shard=shard)
+        if meta.scheme == "kahan":
+            meta.comp = _Codec(compensation_quantizer(q))
+        if shard is not None:
+            if q is not None:
+                _check_sharded_quantizer(name, q, shard, "the weight quantizer")
+            for which, codec in self._codecs_of(meta).items():
+                _check_sharded_quantizer(name, codec.q, shard, f"the {which!r} state format")
+                if codec.packed:
+                    raise ValueError(f"the {which!r} state format {codec.q.fmt.name} of "
+                                     f"sharded parameter {name!r} packs several codes per "
+                                     "byte: not supported with DTensor parameters")
+            if "g" in self.states:
+                _check_sharded_quantizer(name, self.states["g"].q, shard, "the 'g' format")
+        self._meta[name] = meta
+        st = self.state[p]
+        key = self._key(group, meta)
+        if meta.scheme == "master" and "master" in self.states:  # the stored master copy
+            full = self._keep(st, "master", full, key, "init", name, "master")
+        if q is None:
+            w = full
+        else:
+            w = self._write(meta, p, full, _sr_key(key, "init", name)
+                            if q.mode == "sr" else None)
+        self._init_state(st, group, meta, full, w)
+
+    @staticmethod
+    def _key(group, meta):
+        """The group's root key; for a shard, one that offsets its SR counters."""
+        if meta.shard is not None and meta.shard.offset:
+            return _ShardKey(group["key"], meta.shard.offset)
+        return group["key"]
+
+    # -- buffers ----------------------------------------------------------------------------------
+    def _keep(self, st, which, x, key, *data, codec=None):
+        """Store buffer ``which`` (quantized when it has a format) and return its values."""
+        codec = codec or self.states.get(which)
+        if codec is None:
+            st[which] = x
+            return x
+        k = _sr_key(key, *data) if codec.q.mode == "sr" else None
+        values, codes, scales = codec.encode(x, k)
+        st[which] = codes
+        if scales is not None:
+            st[which + "_scales"] = scales
+        return values
+
+    def _load(self, st, which, like, codec=None):
+        """The values of buffer ``which`` (a new tensor when it is stored in low precision)."""
+        codec = codec or self.states.get(which)
+        if codec is None:
+            return st[which]
+        return codec.decode(st[which], st.get(which + "_scales"), like.shape, like.dtype)
+
+    def _zeros(self, st, which, like):
+        codec = self.states.get(which)
+        if codec is None:
+            st[which] = torch.zeros_like(like, memory_format=torch.contiguous_format)
+            return
+        _, codes, scales = codec.zeros(like)
+        st[which] = codes
+        if scales is not None:
+            st[which + "_scales"] = scales
+
+    def _qgrad(self, g, key, t, name):
+        codec = self.states.get("g")
+        if codec is None:
+            return g
+        return codec.encode(g, _sr_key(key, t, name, "g") if codec.q.mode == "sr"
+                            else None)[0]
+
+    def _codecs_of(self, meta):
+        """``{state key: codec}`` of the low-precision buffers of one parameter."""
+        out = {k: c for k, c in self.states.items() if k != "g"}
+        if meta.comp is not None:
+            out["c"] = meta.comp
+        return out
+
+    # -- the weight write -------------------------------------------------------------------------
+    def _write(self, meta, p, x, key):
+        """Store ``q(x)`` (into the codes, or into ``p``) and return the stored values."""
+        if meta.layer is not None:
+            return meta.layer.write(x, key=key)
+        w, s = meta.codec.values(x, key)
+        local_tensor(p).copy_(w)
+        self.state[p]["w_scales"] = s if s is not None else meta.q.scales(w)  # see encoded()
+        return w
+
+    def _write_scheme(self, meta, p, st, w, tt, key, t):
+        """NumPy's ``_write_scheme``: round ``tt`` onto the weight grid per scheme; returns
+        ``e = tt - q(tt)`` for eco/eco_exact (``tt`` is overwritten), else None."""
+        if meta.scheme == "fp":
+            local_tensor(p).copy_(tt)
+            return None
+        name = meta.name
+        if meta.scheme == "master":
+            tt = self._keep(st, "master", tt, key, t, name, "master")
+        new_w = self._write(meta, p, tt, _sr_key(key, t, name)
+                            if meta.q.mode == "sr" else None)
+        if meta.scheme in ("master", "naive"):
+            return None
+        e = tt.sub_(new_w)
+        if meta.scheme == "kahan":
+            self._keep(st, "c", e, key, t, name, "c", codec=meta.comp)
+            return None
+        return e
+
+    def _weights_of(self, meta, p):
+        return meta.layer.read() if meta.layer is not None else local_tensor(p).detach()
+
+    # -- public -----------------------------------------------------------------------------------
+    @property
+    def t(self) -> int:
+        """Index of the next update (NumPy's ``state.step``)."""
+        return self._step_count_t
+
+    def _param_of(self, name):
+        for g in self.param_groups:
+            for n, q in zip(g["names"], g["params"]):
+                if n == name:
+                    return q
+        raise KeyError(f"no parameter named {name!r}")
+
+    def encoded(self, p) -> Encoded:
+        """The stored weights of parameter ``p`` (a tensor or its name) as low-precision codes.
+
+        For a stored weight these are its codes and scales (views, no copy). For a plain
+        parameter they are the RTN encoding of the stored values with the scales of the last
+        write (``state["w_scales"]``; recomputed from the values for formats off the fast
+        path); the tests check that ``decode(encoded(p)) == p`` for row-wise E4M3.
+        """
+        if isinstance(p, str):
+            p = self._param_of(p)
+        layer = stored(p)
+        if layer is not None:
+            return layer.encoded()
+        name = next(n for g in self.param_groups for n, q in zip(g["names"], g["params"])
+                    if q is p)
+        q = self._meta[name].q
+        if q is None:
+            raise ValueError(f"parameter {name!r} is kept in full precision")
+        rtn = dataclasses.replace(q, mode="rtn")
+        return rtn.encode(local_tensor(p).detach(), scales=self.state[p].get("w_scales"))
+
+    def state_values(self, p, which: str) -> torch.Tensor:
+        """The values of state buffer ``which`` (``"m"``, ``"v"``, ``"master"``, ``"e_prev"``,
+        ``"c"``) of parameter ``p`` (a tensor or its name), dequantized when it is stored in low
+        precision (what the NumPy optimizer's state holds)."""
+        if isinstance(p, str):
+            p = self._param_of(p)
+        name = next(n for g in self.param_groups for n, q in zip(g["names"], g["params"])
+                    if q is p)
+        meta = self._meta[name]
+        dtype = meta.layer._value_dtype if meta.layer is not None else p.dtype
+        like = torch.empty(local_tensor(p).shape, dtype=dtype, device="meta")
+        return self._load(self.state[p], which, like, self._codecs_of(meta).get(which))
+
+    # -- the step ---------------------------------------------------------------------------------
+    def _grads(self, group, t):
+        gs = []
+        for name, p in zip(group["names"], group["params"]):
+            if p.grad is None:
+                raise ValueError(f"parameter {name!r} has no gradient")
+            if p.grad.is_sparse:
+                raise ValueError(f"parameter {name!r} has a sparse gradient (not supported)")
+            gs.append(local_tensor(p.grad).detach())
+        # min and max propagate NaN and show inf: one pass per gradient (isfinite().all() is
+        # ~10x slower on the CPU) and one device sync per group; the slow check only names
+        # the culprit.
+        ends = [e for g in gs if g.numel() for e in torch.aminmax(g)]
+        if not ends or bool(torch.isfinite(torch.stack(ends)).all()):
+            return gs
+        for name, g in zip(group["names"], gs):
+            if g.numel() and not bool(torch.isfinite(g).all()):
+                raise ValueError(f"gradient of parameter {name!r} at step {t} has "
+                                 "non-finite values")
+        raise AssertionError("unreachable: aminmax saw a non-finite value")  # pragma: no cover
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        t = self._step_count_t
+        diag = self._diag = (_StepDiag() if getattr(self, "collect_diagnostics", False)
+                             else None)
+        for group in self.param_groups:
+            _check_lr(group["lr"], "fp")
+            self._check_group(group)
+            gs = self._grads(group, t)
+            for name, p, g in zip(group["names"], group["params"], gs):
+                meta = self._meta[name]
+                w = self._weights_of(meta, p)
+                g = self._qgrad(g.to(w.dtype), self._key(group, meta), t, name)
+                if diag is None or meta.q is None:
+                    self._step_param(meta, p, w, g, self.state[p], group, t)
+                    continue
+                codes_old = self._flat_codes(p)
+                diag.begin(name)
+                self._step_param(meta, p, w, g, self.state[p], group, t)
+                self._diag_param(diag, meta, p, codes_old, g)
+        self._step_count_t = t + 1
+        if diag is not None:
+            self._diag = None
+            self._last_diag = diag.result(t)
+        return loss
+
+    def _inject(self, st, m, k, key, t, name):
+        """ECO's injection: ``m += k`` stored in ``m``'s format (SR tag ``"m_inject"``);
+        returns the stored values, and with diagnostics on records what survived (NumPy's
+        ``_Diag.inject``: the intended ``k`` against the stored momentum's move)."""
+        diag = getattr(self, "_diag", None)
+        before = m.clone() if diag is not None else None
+        m += k
+        new_m = self._keep(st, "m", m, key, t, name, "m_inject")
+        if diag is not None:
+            diag.inject(name, k, new_m - before)
+        return new_m
+
+    def _check_group(self, group):
+        pass
+
+
+def _resolve_weights(weights):
+    if weights is None or isinstance(weights, Quantizer):
+        return weights
+    if isinstance(weights, Mapping):
+        return weights_dict(weights, Quantizer, "an ecosim.torch.Quantizer")
+    raise TypeError(f"weights must be an ecosim.torch.Quantizer, a dict name -> Quantizer | None, "
+                    f"or None (stored weights use their store's quantizer); got "
+                    f"{type(weights).__name__}")
