@@ -93,20 +93,9 @@ import torch
 
 from .._checks import check_bool
 from .optim_base import _ECOBase
-from .quantizer import _div
+from .numerics import _div, _sqrt
 
 __all__ = ["ECOSGD", "ECOAdamW"]
-
-
-def _sqrt(x: torch.Tensor) -> torch.Tensor:
-    """Correctly rounded square root (NumPy's). torch's vectorized float32 ``sqrt`` on CPUs
-    (measured on an AVX512 build of torch 2.13) is off by one ulp on ~0.7% of inputs; the
-    float64 root of a float32 value rounded back to float32 is correctly rounded (53 >= 2*24+2
-    bits, so the double rounding is innocuous). float64 inputs and other devices use torch's
-    own root."""
-    if x.dtype == torch.float32 and x.device.type == "cpu":
-        return x.to(torch.float64).sqrt_().to(torch.float32)
-    return x.sqrt()
 
 
 class ECOSGD(_ECOBase):
