@@ -1,11 +1,20 @@
 """The ``ecosim`` command: ``figures``, ``list``, ``run``.
 
-    ecosim figures [--smoke] [--only NAME ...] [--out DIR] [--jobs N] [--cache DIR]
+    ecosim figures [--smoke] [--only NAME ...] [--out DIR] [--executor SPEC] [--cache DIR]
     ecosim list
-    ecosim run EXPERIMENT [--set key=value ...] [--smoke] [--jobs N] [--cache DIR] [--save F]
+    ecosim run EXPERIMENT [--set key=value ...] [--smoke] [--executor SPEC] [--cache DIR]
+               [--save F]
+
+``--executor`` runs the experiment units ``inline`` (in-process, the default), on ``local:N``
+worker processes (``--jobs N`` is the same), on a Dask cluster whose scheduler listens at
+``dask://HOST:PORT`` (the ``cluster`` extra; workers need ecosim at this revision, no shared
+file system: results come back here and this process writes the cache), or on ``dask:local:N``,
+a Dask cluster of N processes started for the run. The same cache keys give the same bytes
+whichever executor computed them.
 
 Also ``python -m ecosim ...``. Exit status: 0 success, 2 usage errors (unknown names, bad
-overrides, bad options), 130 interrupted (finished units stay cached: rerun to resume).
+overrides, bad options, an executor that cannot start), 130 interrupted (finished units stay
+cached: rerun to resume).
 """
 from __future__ import annotations
 
@@ -41,8 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--smoke", action="store_true",
                        help="shrunken experiments (seconds, for tests and checks)")
-        p.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
-                       help="worker processes for experiment units (default 1: in-process)")
+        p.add_argument("--executor", metavar="SPEC", default=None,
+                       help="where experiment units run: inline (default), local:N (N worker "
+                            "processes), dask://HOST:PORT (a Dask scheduler; needs the cluster "
+                            "extra and ecosim at this revision on the workers) or "
+                            "dask:local:N (a Dask cluster of N processes on this machine)")
+        p.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                       help="the same as --executor local:N (default 1: in-process)")
         p.add_argument("--cache", metavar="DIR", default=None,
                        help="result cache directory (default $ECOSIM_CACHE or .ecosim_cache)")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -108,10 +122,38 @@ def main(argv: list[str] | None = None) -> int:
 
 # -- commands -----------------------------------------------------------------------------------
 
-def _executor(jobs: int):
-    from .experiments import make_executor
+def _executor_spec(args):
+    """The executor spec that ``--executor`` / ``--jobs`` give, checked (before any work)."""
+    from .experiments.runner import parse_executor
 
-    return make_executor(jobs)
+    if args.executor is not None and args.jobs is not None:
+        raise _UsageError("give --executor or --jobs, not both (--jobs N is --executor "
+                          "local:N)")
+    spec = args.executor if args.executor is not None else (args.jobs or 1)
+    try:
+        parse_executor(spec)
+    except ValueError as exc:
+        raise _UsageError(f"--executor: {exc}") from None
+    return spec
+
+
+def _executor(spec):
+    """The executor of a checked spec, and a label for messages."""
+    from .experiments.runner import DaskExecutor, make_executor, parse_executor
+
+    try:
+        executor = make_executor(spec)
+    except (ImportError, OSError) as exc:
+        raise _UsageError(f"--executor: {exc}") from None
+    kind, arg = parse_executor(spec)
+    label = (f"dask://{str(arg).removeprefix('tcp://')}" if kind == "dask" else
+             f"dask:local:{arg}" if kind == "dask-local" else f"local:{arg}" if kind == "local"
+             else "inline")
+    if isinstance(executor, DaskExecutor):
+        n = executor.workers
+        label += (f" ({n} worker(s), {executor.max_workers} thread(s))" if n
+                  else " (no worker yet: units wait for one)")
+    return executor, label
 
 
 def _progress(args) -> bool | None:
@@ -119,6 +161,7 @@ def _progress(args) -> bool | None:
 
 
 def _cmd_figures(args) -> int:
+    spec = _executor_spec(args)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,10 +192,10 @@ def _cmd_figures(args) -> int:
     names = [n for n in names if n not in skipped]
     cache = E.Cache(args.cache)
     n_exp = len({e for n in names for e in registered[n].experiments})
+    executor, label = _executor(spec)
     print(f"ecosim figures: {len(names)} figure(s) from {n_exp} experiment(s)"
-          f"{' (smoke)' if args.smoke else ''} -> {args.out}/  [jobs={args.jobs}, "
+          f"{' (smoke)' if args.smoke else ''} -> {args.out}/  [executor={label}, "
           f"cache={cache.root}]", flush=True)
-    executor = _executor(args.jobs)
     try:
         report = F.build(names, out=args.out, smoke=args.smoke, cache=cache,
                          executor=executor, progress=_progress(args), configs=configs)
@@ -226,6 +269,7 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_run(args) -> int:
+    spec = _executor_spec(args)
     import numpy as np
 
     from . import experiments as E
@@ -239,9 +283,10 @@ def _cmd_run(args) -> int:
     except E.ConfigError as exc:
         raise _UsageError(str(exc)) from None
     cache = E.Cache(args.cache)
-    print(f"ecosim run {exp.name} (version {exp.version}): {cfg!r}", flush=True)
     t0 = time.perf_counter()
-    executor = _executor(args.jobs)
+    executor, label = _executor(spec)
+    print(f"ecosim run {exp.name} (version {exp.version}) [executor={label}]: {cfg!r}",
+          flush=True)
     try:
         run = E.run(exp, cfg, cache=cache, executor=executor, progress=_progress(args))
     except BaseException:

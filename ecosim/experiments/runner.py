@@ -1,13 +1,24 @@
 """Running experiments: executors, :class:`Run` and :func:`run` / :func:`run_many`.
 
 Units are cached one by one, so a killed run resumes where it stopped, and run through any
-:class:`concurrent.futures.Executor` (a process pool for ``--jobs N``, :class:`InlineExecutor`
-in-process); :func:`stack_units` is the default way to combine them.
+:class:`concurrent.futures.Executor`: :func:`make_executor` builds one from a spec (``inline``,
+``local:N`` for a process pool, ``dask://HOST:PORT`` for a Dask cluster, ``dask:local:N``);
+:func:`stack_units` is the default way to combine units.
+
+Whatever the executor, the results come back to the process that called :func:`run_many`, which
+alone writes the cache: workers need no shared file system. Each worker also returns the code
+fingerprint (:func:`~.provenance.code_fingerprint`) of the modules that computed the unit, and a
+unit whose fingerprint differs from this process's (the one in its cache key) is an error, never
+cached: another ecosim revision, another package version or another BLAS kernel on a worker
+would otherwise file different bits under this key.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import re
+import socket
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
@@ -15,12 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from . import provenance as _provenance
 from .config import Config
 from .registry import Experiment, _canonical, get
 from .store import Cache, Results, as_results
 
-__all__ = ["InlineExecutor", "Run", "RunStats", "make_executor", "run", "run_many",
-           "stack_units"]
+__all__ = ["DaskExecutor", "InlineExecutor", "Run", "RunStats", "executor_workers",
+           "make_executor", "parse_executor", "run", "run_many", "stack_units"]
 
 
 class InlineExecutor(Executor):
@@ -38,25 +50,187 @@ class InlineExecutor(Executor):
         return fut
 
 
-def make_executor(jobs: int) -> Executor:
-    """``jobs == 1``: :class:`InlineExecutor`; more: a spawn-based process pool."""
-    if not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
-    if jobs == 1:
-        return InlineExecutor()
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+class DaskExecutor(Executor):
+    """Units on a Dask distributed cluster, through the executor of a ``distributed.Client``.
 
+    Owns the client, and the ``LocalCluster`` of ``dask:local:N`` if given one, and closes both
+    at :meth:`shutdown`. Build it with :func:`make_executor`. Tasks are submitted impure (each
+    submission runs, none is deduplicated by Dask), and their results travel back to this
+    process. Workers import ecosim to run a unit: they need it installed at this process's
+    revision, in the same locked environment (checked unit by unit by :func:`run_many`).
+
+    Args:
+        client: a connected ``distributed.Client``.
+        cluster: the cluster the client was started on, closed with it (None: not owned).
+        spec: the spec it was built from, for messages.
+    """
+
+    def __init__(self, client, cluster=None, spec: str = ""):
+        self.client = client
+        self.spec = spec
+        self._cluster = cluster
+        self._executor = client.get_executor(pure=False)
+        self._closed = False
+
+    @property
+    def max_workers(self) -> int:
+        """The cluster's worker threads now (0 while no worker has joined the scheduler)."""
+        return int(sum(self.client.nthreads().values()))
+
+    @property
+    def workers(self) -> int:
+        """The number of worker processes connected to the scheduler now."""
+        return len(self.client.nthreads())
+
+    def __repr__(self) -> str:
+        return f"DaskExecutor({self.spec or self.client.scheduler.address!r})"
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        if kwargs:  # Dask's executor would read them as its own options
+            fn = functools.partial(fn, **kwargs)
+        return self._executor.submit(fn, *args)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Wait for (or, with ``cancel_futures``, cancel) submitted units, then close the
+        client and the cluster it owns. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._executor.shutdown(wait=wait and not cancel_futures)
+        finally:
+            try:
+                self.client.close()
+            finally:
+                if self._cluster is not None:
+                    self._cluster.close()
+
+
+_SPEC_HELP = ("'inline', 'local:N', 'dask://HOST:PORT' or 'dask:local:N' (N a positive "
+              "integer)")
+_DASK_ADDRESS = re.compile(r"^dask://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)"
+                           r":(?P<port>[0-9]{1,5})$")
+
+
+def parse_executor(spec: int | str) -> tuple[str, int | str]:
+    """Read an executor spec: what :func:`make_executor` and ``ecosim --executor`` accept.
+
+    Args:
+        spec: ``N`` or ``"local:N"`` (N worker processes on this machine; 1: in-process),
+            ``"inline"`` (in-process), ``"dask://HOST:PORT"`` (a running Dask scheduler) or
+            ``"dask:local:N"`` (a Dask ``LocalCluster`` of N single-threaded worker
+            processes, started for the run).
+
+    Returns:
+        ``("inline", 1)``, ``("local", N)``, ``("dask", "tcp://HOST:PORT")`` or
+        ``("dask-local", N)``; ``local:1`` reads as ``("inline", 1)``.
+
+    Raises:
+        ValueError: anything else, in one line that lists the accepted forms.
+
+    Example:
+        >>> parse_executor("dask://10.0.0.5:8786")
+        ('dask', 'tcp://10.0.0.5:8786')
+        >>> parse_executor(4), parse_executor("local:1")
+        (('local', 4), ('inline', 1))
+    """
+    def positive(text: str) -> int | None:
+        return int(text) if text.isdigit() and int(text) >= 1 else None
+
+    if isinstance(spec, bool) or not isinstance(spec, (int, str)):
+        raise ValueError(f"executor spec must be an int or a str ({_SPEC_HELP}), "
+                         f"got {type(spec).__name__} {spec!r}")
+    text = str(spec).strip()
+    n = positive(text) if isinstance(spec, int) else None
+    if n is None and text.startswith("local:"):
+        n = positive(text[len("local:"):])
+    if n is not None:
+        return ("inline", 1) if n == 1 else ("local", n)
+    if text == "inline":
+        return ("inline", 1)
+    if text.startswith("dask:local:"):
+        n = positive(text[len("dask:local:"):])
+        if n is not None:
+            return ("dask-local", n)
+    m = _DASK_ADDRESS.match(text)
+    if m and 1 <= int(m["port"]) <= 65535:
+        return ("dask", f"tcp://{m['host']}:{int(m['port'])}")
+    raise ValueError(f"executor spec {spec!r}: expected {_SPEC_HELP}")
+
+
+def make_executor(spec: int | str = 1) -> Executor:
+    """An executor for :func:`run_many` from a spec (see :func:`parse_executor`).
+
+    ``inline`` (or ``1``, ``local:1``): :class:`InlineExecutor`; ``local:N`` (or ``N``): a
+    spawn-based process pool of N workers; ``dask://HOST:PORT``: a :class:`DaskExecutor`
+    connected to that scheduler; ``dask:local:N``: a :class:`DaskExecutor` on a new
+    ``LocalCluster`` of N worker processes with one thread each. Shut it down after use (or
+    use it as a context manager).
+
+    Raises:
+        ValueError: a spec that is none of these.
+        ImportError: a Dask spec without Dask's distributed scheduler installed (the
+            ``cluster`` extra: ``pip install 'ecosim[cluster]'``).
+        OSError: no scheduler answered at ``HOST:PORT`` (within Dask's connect timeout,
+            ``distributed.comm.timeouts.connect``).
+    """
+    kind, arg = parse_executor(spec)
+    if kind == "inline":
+        return InlineExecutor()
     # Workers are separate processes already: a BLAS thread pool in each of them fights for
     # the same cores (measured: small MLP matmuls 5x slower under load). Spawned workers read
     # these variables when they import NumPy; a user's own setting wins.
-    for var in _BLAS_THREAD_VARS:
-        os.environ.setdefault(var, "1")
-    # spawn: the same behaviour on every platform, and safe with threads in the parent.
-    # Each worker watches its parent and exits when it dies (SIGTERM, SIGKILL, a crash): an
-    # idle worker would otherwise wait on its task queue for minutes.
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_exit_with_parent)
+    if kind in ("local", "dask-local"):
+        for var in _BLAS_THREAD_VARS:
+            os.environ.setdefault(var, "1")
+    if kind == "local":
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn: the same behaviour on every platform, and safe with threads in the parent.
+        # Each worker watches its parent and exits when it dies (SIGTERM, SIGKILL, a crash):
+        # an idle worker would otherwise wait on its task queue for minutes.
+        return ProcessPoolExecutor(max_workers=arg,
+                                   mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_exit_with_parent)
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ImportError(f"executor {spec!r} needs Dask's distributed scheduler: install "
+                          "the 'cluster' extra (pip install 'ecosim[cluster]')") from exc
+    if kind == "dask-local":
+        # no dashboard: it needs bokeh and a free port, and a sweep does not need it
+        cluster = distributed.LocalCluster(n_workers=arg, threads_per_worker=1,
+                                           processes=True, dashboard_address=None)
+        try:
+            client = distributed.Client(cluster)
+        except BaseException:
+            cluster.close()
+            raise
+        return DaskExecutor(client, cluster, str(spec))
+    try:
+        client = distributed.Client(arg)
+    except OSError as exc:
+        raise OSError(f"no Dask scheduler answered at {arg}: "
+                      f"{' '.join(str(exc).split())}") from exc
+    return DaskExecutor(client, None, str(spec))
+
+
+def executor_workers(executor: Executor) -> int:
+    """How many units ``executor`` runs at once: what :func:`run_many` keeps in flight.
+
+    :class:`InlineExecutor`: 1; a process or thread pool: its worker count;
+    :class:`DaskExecutor`: the cluster's worker threads at the time of the call (read again
+    by :func:`run_many` as units complete, so workers that join later are used); any other
+    executor: its ``max_workers`` or ``_max_workers`` attribute, else the CPU count. Never
+    less than 1 (with no Dask worker yet, one unit waits for the first to join).
+    """
+    n = getattr(executor, "max_workers", None)
+    if n is None:
+        n = getattr(executor, "_max_workers", None)  # the standard library's pools
+    if n is None:
+        n = os.cpu_count()
+    return max(1, int(n or 1))
 
 
 def _exit_with_parent() -> None:
@@ -78,11 +252,41 @@ def _exit_with_parent() -> None:
 _BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def _compute_unit(compute, cfg, unit):
-    """Worker side: one unit, timed. Module-level so that process pools can pickle it."""
+def _code_modules(exp: Experiment) -> tuple[str, ...]:
+    """The modules whose fingerprint is the code part of ``exp``'s key (as ``exp.code()``)."""
+    return tuple(sorted({f.__module__ for f in (exp.compute, exp.units, exp.combine)
+                         if f is not None}))
+
+
+def _compute_unit(compute, cfg, unit, modules=()):
+    """Worker side: one unit, timed, with this process's code fingerprint of ``modules`` and
+    its host name. Module-level so that process pools and Dask can pickle it."""
+    code = _provenance.code_fingerprint(*modules)
     t0 = time.perf_counter()
     raw = compute(cfg) if unit is None else compute(cfg, dict(unit))
-    return as_results(raw), time.perf_counter() - t0
+    return as_results(raw), time.perf_counter() - t0, code, socket.gethostname()
+
+
+# Which BLAS libraries a process has loaded depends on what it imported before it first took
+# its fingerprint, not on the bits it computes (the probe says those): not compared.
+_NOT_COMPARED = {("blas", "libraries")}
+
+
+def _code_mismatch(here: dict, there: dict, path: tuple = ()) -> list[str]:
+    """The fields in which two code fingerprints differ, as ``"field: here X, worker Y"``."""
+    out = []
+    for key in sorted(set(here) | set(there), key=str):
+        field = path + (key,)
+        if field in _NOT_COMPARED:
+            continue
+        a, b = here.get(key), there.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _code_mismatch(a, b, field)
+        elif a != b:
+            def short(v):
+                return v[:12] if isinstance(v, str) and len(v) > 12 else v
+            out.append(f"{'.'.join(map(str, field))}: here {short(a)!r}, worker {short(b)!r}")
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,24 +366,32 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
     """Run several experiments, sharing one executor, caching and resuming unit by unit.
 
     Every unit not in the cache is submitted to ``executor`` (default: in-process), at most
-    ``max_pending`` at a time (default: the executor's worker count), and saved as soon as it
-    completes, so a run killed midway loses only the units in flight. Results are identical
-    whatever the executor, because each unit is a pure function of (config, unit).
+    ``max_pending`` at a time (default: :func:`executor_workers`), and saved by this process as
+    soon as it completes, so a run killed midway loses only the units in flight. Results are
+    identical whatever the executor, because each unit is a pure function of (config, unit);
+    a unit whose worker reports another code fingerprint than this process's is an error
+    (see the module docstring), never cached.
 
     Args:
         jobs: ``(experiment or name, config)`` pairs.
         cache: a :class:`Cache`, a directory, or None for the default directory.
         executor: any :class:`concurrent.futures.Executor`; None runs in-process.
         progress: a tqdm bar per experiment (None: only on a terminal).
-        max_pending: how many units may be submitted and unfinished at once.
+        max_pending: how many units may be submitted and unfinished at once (None: as many
+            as the executor runs at once, read again as units complete).
 
     Returns:
         One :class:`Run` per job, in order.
+
+    Raises:
+        RuntimeError: a unit failed, or came from a worker with another code fingerprint
+            (the units still in flight are cancelled; finished ones stay cached).
     """
     cache = cache if isinstance(cache, Cache) else Cache(cache)
     executor = executor if executor is not None else InlineExecutor()
-    if max_pending is None:
-        max_pending = max(1, int(getattr(executor, "_max_workers", None) or os.cpu_count() or 1))
+    if max_pending is not None and (isinstance(max_pending, bool)
+                                    or not isinstance(max_pending, int) or max_pending < 1):
+        raise ValueError(f"max_pending must be a positive int or None, got {max_pending!r}")
 
     plans = []  # (exp, cfg, units, results list, stats dict)
     todo = []   # (plan index, unit index)
@@ -201,21 +413,39 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
         pending: dict[Future, tuple[int, int]] = {}
         queue = list(reversed(todo))
         while queue or pending:
-            while queue and len(pending) < max_pending:
+            limit = max_pending if max_pending is not None else executor_workers(executor)
+            while queue and len(pending) < limit:
                 p, i = queue.pop()
                 exp, cfg, units = plans[p][:3]
-                pending[executor.submit(_compute_unit, exp.compute, cfg, units[i])] = (p, i)
+                fut = executor.submit(_compute_unit, exp.compute, cfg, units[i],
+                                      _code_modules(exp))
+                pending[fut] = (p, i)
             done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             for fut in sorted(done, key=lambda f: pending[f]):
                 p, i = pending.pop(fut)
                 exp, cfg, units, found, acc = plans[p]
+                unit = "" if units[i] is None else f" unit {units[i]}"
                 try:
-                    results, seconds = fut.result()
+                    results, seconds, code, host = fut.result()
                 except Exception as exc:
                     for other in pending:
                         other.cancel()
-                    unit = "" if units[i] is None else f" unit {units[i]}"
-                    raise RuntimeError(f"experiment {exp.name!r}{unit} failed: {exc}") from exc
+                    hint = ""
+                    if isinstance(exc, ModuleNotFoundError) and str(exc.name).startswith(
+                            "ecosim"):
+                        hint = " (the workers need ecosim installed, at this revision)"
+                    raise RuntimeError(f"experiment {exp.name!r}{unit} failed: {exc}"
+                                       f"{hint}") from exc
+                diff = _code_mismatch(exp.code(), code)
+                if diff:
+                    for other in pending:
+                        other.cancel()
+                    raise RuntimeError(
+                        f"experiment {exp.name!r}{unit}: worker {host} computed it with other "
+                        f"code or packages than its cache key says ({'; '.join(diff)}); not "
+                        "cached: run workers on this ecosim revision in the same locked "
+                        "environment")
+                results = as_results(results, f"experiment {exp.name!r}{unit}")
                 cache.save(exp, cfg, units[i], results)
                 found[i] = results
                 acc["provenance"][i] = cache.provenance(exp, cfg, units[i])
