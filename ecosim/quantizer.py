@@ -17,8 +17,8 @@ import numpy as np
 
 from ._checks import NonFiniteError, check_bool, native
 from .formats import Format, decode_bits, get
-from .rounding import (_CHUNK, MODES, _candidate_codes, _chunk_bits, _code_kernel, _kernel,
-                       _prepare, _random_source, quantize)
+from .rounding import _CHUNK, MODES, _chunk_bits, _kernel, _prepare, _random_source, quantize
+from .rounding_codes import _candidate_codes, _code_kernel
 
 __all__ = ["Quantizer", "Encoded", "SCALE_RULES", "POW2_RULES"]
 
@@ -343,8 +343,8 @@ class Quantizer:
         """Quantize and store: codes in real low-precision storage, plus scales.
 
         The codes come from the rounding kernel's bit arithmetic in the same chunked pass
-        (:func:`ecosim.rounding._code_kernel`); they equal :func:`ecosim.formats.encode` of the
-        values :meth:`__call__` rounds to, bit for bit.
+        (:func:`ecosim.rounding_codes._code_kernel`); they equal :func:`ecosim.formats.encode`
+        of the values :meth:`__call__` rounds to, bit for bit.
         """
         x, res, s = self._run(x, key, rbits, scales, codes_out=True)
         fmt = self.fmt
