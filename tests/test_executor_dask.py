@@ -136,6 +136,27 @@ def test_a_worker_with_other_code_is_not_cached(tmp_path):
     assert not list(tmp_path.rglob("*.npz"))
 
 
+def test_workers_with_another_blas_kernel_are_refused(tmp_path, monkeypatch):
+    # A real case of other bits under the same key: OpenBLAS picks its kernel for the CPU it
+    # finds, and OPENBLAS_CORETYPE forces another one in the (spawned) pool workers.
+    from ecosim.experiments.provenance import blas_fingerprint
+
+    here = blas_fingerprint()
+    arch = {lib[2] for lib in here["libraries"] or []}
+    other = "Sandybridge" if "Sandybridge" not in arch else "Haswell"
+    monkeypatch.setenv("OPENBLAS_CORETYPE", other)
+    exp = E.get("relative_error")
+    with make_executor("local:2") as pool:
+        probe = pool.submit(blas_fingerprint).result()["probe"]
+        if probe == here["probe"]:
+            pytest.skip(f"OPENBLAS_CORETYPE={other} computes the same probe bits here")
+        with pytest.raises(RuntimeError, match=rf"worker \S+ computed it with other code or "
+                           rf"packages than its cache key says \(blas\.probe: here "
+                           rf"'{here['probe'][:12]}', worker '{probe[:12]}'\); not cached"):
+            E.run(exp, exp.default_config(smoke=True), cache=tmp_path, executor=pool)
+    assert not list(tmp_path.rglob("*.npz"))
+
+
 # -- a Dask cluster -----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
