@@ -24,7 +24,8 @@ import numbers
 
 import numpy as np
 
-__all__ = ["random_bits", "fold_in", "split_key", "as_key", "mix32_int"]
+__all__ = ["random_bits", "fold_in", "split_key", "as_key", "mix32_int", "counter_blocks",
+           "seed_and_counter"]
 
 _MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -117,19 +118,54 @@ def fill_bits(seed: int, counter: int, out: np.ndarray) -> np.ndarray:
     n = out.size
     k0, k1 = seed & _MASK32, seed >> 32
     t = np.empty(min(n, _BLOCK), np.uint32)
-    pos = 0
-    while pos < n:
-        c = (counter + pos) & _MASK64
-        lo, hi = c & _MASK32, c >> 32
-        m = min(n - pos, (1 << 32) - lo, _BLOCK)
+    for pos, m, lo, hi in counter_blocks(counter, n, _BLOCK):
         x = out[pos:pos + m]
         np.add(_BASE[:m], np.uint32(lo), out=x)  # no wrap: lo + m <= 2**32
         x ^= np.uint32(k0)
         _mix32(x, t[:m])
         x ^= np.uint32(k1 ^ mix32_int(hi + GOLDEN32))
         _mix32(x, t[:m])
-        pos += m
     return out
+
+
+def counter_blocks(counter: int, n: int, block: int):
+    """The blocks in which counters ``counter .. counter+n-1`` are drawn (the NumPy and torch
+    :func:`fill_bits` share them).
+
+    Yields ``(pos, m, lo, hi)``: ``m`` counters (at most ``block``) starting at element ``pos``,
+    whose first counter has the 32-bit words ``lo`` (low) and ``hi`` (high). A block never
+    crosses a change of the high word (every ``2**32`` counters), so it is drawn with one
+    high-word key and its low words ``lo .. lo+m-1`` do not wrap.
+
+    Example:
+        >>> list(counter_blocks(2**32 - 2, 5, 4))
+        [(0, 2, 4294967294, 0), (2, 3, 0, 1)]
+    """
+    pos = 0
+    while pos < n:
+        c = (counter + pos) & _MASK64
+        lo, hi = c & _MASK32, c >> 32
+        m = min(n - pos, (1 << 32) - lo, block)
+        yield pos, m, lo, hi
+        pos += m
+
+
+def seed_and_counter(key) -> tuple[int, int]:
+    """The seed (:func:`seed_of`) and the first counter of an SR ``key=`` argument: an int
+    (counter 0) or a ``(key, counter)`` pair, as :func:`ecosim.quantize` and
+    :func:`ecosim.torch.quantize` take it.
+
+    Example:
+        >>> seed_and_counter((7, 10)) == (seed_of(7), 10)
+        True
+    """
+    if isinstance(key, tuple):
+        if len(key) != 2:
+            raise ValueError(f"key must be an int or a (key, counter) pair, got {key!r}")
+        k, counter = key
+    else:
+        k, counter = key, 0
+    return seed_of(k), as_key(counter)
 
 
 _BLOCK = 1 << 15

@@ -229,13 +229,7 @@ def _random_source(shape, rbits, key):
             if rb.size and rb.min() < 0:
                 raise ValueError("rbits must be non-negative")
         return ("bits", np.ascontiguousarray(rb).reshape(-1))
-    if isinstance(key, tuple):
-        if len(key) != 2:
-            raise ValueError(f"key must be an int or a (key, counter) pair, got {key!r}")
-        k, counter = key
-    else:
-        k, counter = key, 0
-    return ("key", rng.seed_of(k), rng.as_key(counter))
+    return ("key", *rng.seed_and_counter(key))
 
 
 def _run_chunks(plan: _Plan, xw: np.ndarray, out: np.ndarray, bits_src) -> None:

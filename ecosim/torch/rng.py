@@ -28,12 +28,12 @@ import numbers
 
 import torch
 
-from ..rng import GOLDEN32, as_key, fold_in, mix32_int, seed_of, split_key
+from ..rng import (GOLDEN32, as_key, counter_blocks, fold_in, mix32_int, seed_of,
+                   split_key)
 
 __all__ = ["random_bits", "fold_in", "split_key", "as_key"]
 
 _MASK32 = 0xFFFFFFFF
-_MASK64 = (1 << 64) - 1
 
 
 # lowbias32 constants; the second as its negative representative mod 2**32 (see above).
@@ -77,18 +77,13 @@ def fill_bits(seed: int, counter: int, out: torch.Tensor, work=None) -> torch.Te
     k0, k1 = seed & _MASK32, seed >> 32
     step = chunk_size(out.device, n)
     base, t = work if work is not None else make_work(out.device, min(n, step))
-    pos = 0
-    while pos < n:
-        c = (counter + pos) & _MASK64
-        lo, hi = c & _MASK32, c >> 32
-        m = min(n - pos, (1 << 32) - lo, step)
+    for pos, m, lo, hi in counter_blocks(counter, n, step):
         x = out[pos:pos + m]
         torch.add(base[:m], lo, out=x)  # < 2**32: the low word does not wrap in a chunk
         x ^= k0
         _mix32(x, t[:m])
         x ^= k1 ^ mix32_int(hi + GOLDEN32)
         _mix32(x, t[:m])
-        pos += m
     return out
 
 

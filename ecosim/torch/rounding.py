@@ -33,6 +33,7 @@ from ..rounding import MODES, SR_RULES
 from ..rounding import Plan as _Plan
 from ..rounding import plan as _plan
 from ..rounding import representable as _representable
+from ..rng import seed_and_counter
 from ..rounding import src_for as _src_for
 from . import rng as trng
 
@@ -155,13 +156,7 @@ def _random_source(x: torch.Tensor, rbits, key):
             raise ValueError("rbits must be non-negative")
         # uint64 words >= 2**63 wrap to negative int64; only their low nbits are used.
         return ("bits", rb.to(device=x.device, dtype=torch.int64).reshape(-1))
-    if isinstance(key, tuple):
-        if len(key) != 2:
-            raise ValueError(f"key must be an int or a (key, counter) pair, got {key!r}")
-        k, counter = key
-    else:
-        k, counter = key, 0
-    return ("key", trng.seed_of(k), trng.as_key(counter))
+    return ("key", *seed_and_counter(key))
 
 
 def _run_chunks(plan: _Plan, b: torch.Tensor, out: torch.Tensor, bits_src) -> None:
