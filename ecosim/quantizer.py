@@ -20,7 +20,7 @@ from .formats import Format, decode_bits, get
 from .rounding import _CHUNK, MODES, _chunk_bits, _kernel, _prepare, _random_source, quantize
 from .rounding_codes import _candidate_codes, _code_kernel
 
-__all__ = ["Quantizer", "Encoded", "SCALE_RULES", "POW2_RULES"]
+__all__ = ["Quantizer", "QuantizerConfig", "Encoded", "SCALE_RULES", "POW2_RULES"]
 
 SCALE_RULES = ("absmax", "absmax_pow2", "absmean")
 POW2_RULES = ("floor", "ceil", "even")
@@ -54,7 +54,61 @@ class Encoded:
 
 
 @dataclass(frozen=True)
-class Quantizer:
+class QuantizerConfig:
+    """The arguments of a scaled quantizer, checked, and what follows from them alone.
+
+    The fields, their checks (the same ValueErrors) and the derived properties are shared by
+    :class:`Quantizer` and :class:`ecosim.torch.Quantizer`, which add the array and tensor
+    computations; the arguments are documented at :class:`Quantizer`. ``fmt`` is held as a
+    :class:`~ecosim.formats.Format` (a name is looked up) and ``saturate`` as a bool.
+
+    Example:
+        >>> QuantizerConfig("int4", scale=0.5).fixed, QuantizerConfig("e4m3").rho
+        (True, 448.0)
+    """
+
+    fmt: Format | str
+    mode: str = "rtn"
+    granularity: str | int = "tensor"
+    scale: str | float = "absmax"
+    pow2: str = "floor"
+    nbits: int = 32
+    saturate: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "fmt", get(self.fmt))
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        g = self.granularity
+        if isinstance(g, bool) or not (g in _GRANULARITIES or (isinstance(g, numbers.Integral)
+                                                                 and g > 0)):
+            raise ValueError(f"granularity must be one of {_GRANULARITIES} or a positive int "
+                             f"group size, got {g!r}")
+        s = self.scale
+        if isinstance(s, str):
+            if s not in SCALE_RULES:
+                raise ValueError(f"scale must be one of {SCALE_RULES} or a positive float, "
+                                 f"got {s!r}")
+        elif isinstance(s, bool) or not isinstance(s, numbers.Real) or not (
+                math.isfinite(s) and s > 0):
+            raise ValueError(f"a fixed scale must be a positive finite float, got {s!r}")
+        if self.pow2 not in POW2_RULES:
+            raise ValueError(f"pow2 must be one of {POW2_RULES}, got {self.pow2!r}")
+        object.__setattr__(self, "saturate", check_bool(self.saturate, "saturate"))
+
+    @property
+    def fixed(self) -> bool:
+        """True when the scale is a fixed number (a fixed grid)."""
+        return not isinstance(self.scale, str)
+
+    @property
+    def rho(self) -> float:
+        """The grid value that a block's absmax maps to."""
+        return self.fmt.max
+
+
+@dataclass(frozen=True)
+class Quantizer(QuantizerConfig):
     """A scaled quantizer ``q(x) = fl(s * Q(x / s))``.
 
     Args:
@@ -97,46 +151,7 @@ class Quantizer:
                [ 7. ,  1. ]], dtype=float32)
     """
 
-    fmt: Format | str
-    mode: str = "rtn"
-    granularity: str | int = "tensor"
-    scale: str | float = "absmax"
-    pow2: str = "floor"
-    nbits: int = 32
-    saturate: bool = True
-
-    def __post_init__(self):
-        object.__setattr__(self, "fmt", get(self.fmt))
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        g = self.granularity
-        if isinstance(g, bool) or not (g in _GRANULARITIES or (isinstance(g, numbers.Integral)
-                                                                 and g > 0)):
-            raise ValueError(f"granularity must be one of {_GRANULARITIES} or a positive int "
-                             f"group size, got {g!r}")
-        s = self.scale
-        if isinstance(s, str):
-            if s not in SCALE_RULES:
-                raise ValueError(f"scale must be one of {SCALE_RULES} or a positive float, "
-                                 f"got {s!r}")
-        elif isinstance(s, bool) or not isinstance(s, numbers.Real) or not (
-                math.isfinite(s) and s > 0):
-            raise ValueError(f"a fixed scale must be a positive finite float, got {s!r}")
-        if self.pow2 not in POW2_RULES:
-            raise ValueError(f"pow2 must be one of {POW2_RULES}, got {self.pow2!r}")
-        object.__setattr__(self, "saturate", check_bool(self.saturate, "saturate"))
-
     # -- blocks and scales --------------------------------------------------------------------
-    @property
-    def fixed(self) -> bool:
-        """True when the scale is a fixed number (a fixed grid)."""
-        return not isinstance(self.scale, str)
-
-    @property
-    def rho(self) -> float:
-        """The grid value that a block's absmax maps to."""
-        return self.fmt.max
-
     def _blocked(self, x: np.ndarray) -> tuple[np.ndarray, tuple]:
         """``x`` reshaped so that each block is reduced over the returned axes."""
         g = self.granularity

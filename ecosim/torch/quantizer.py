@@ -79,7 +79,7 @@ class Encoded:
 
 
 @dataclass(frozen=True)
-class Quantizer:
+class Quantizer(_np_quantizer.QuantizerConfig):
     """A scaled quantizer ``q(x) = fl(s * Q(x / s))`` on torch tensors.
 
     The arguments, their checks and the semantics are those of :class:`ecosim.Quantizer`
@@ -105,32 +105,6 @@ class Quantizer:
         >>> q8.codes.dtype, q8.nbytes                # one byte per weight + a scale per row
         (torch.float8_e4m3fn, 48)
     """
-
-    fmt: Format | str
-    mode: str = "rtn"
-    granularity: str | int = "tensor"
-    scale: str | float = "absmax"
-    pow2: str = "floor"
-    nbits: int = 32
-    saturate: bool = True
-
-    def __post_init__(self):
-        # The NumPy quantizer with the same arguments validates them (same errors) and
-        # supplies the shared, array-agnostic parts (blocks, rho).
-        twin = _np_quantizer.Quantizer(self.fmt, self.mode, self.granularity, self.scale,
-                                       self.pow2, self.nbits, self.saturate)
-        object.__setattr__(self, "fmt", twin.fmt)
-        object.__setattr__(self, "saturate", twin.saturate)
-
-    @property
-    def fixed(self) -> bool:
-        """True when the scale is a fixed number (a fixed grid)."""
-        return not isinstance(self.scale, str)
-
-    @property
-    def rho(self) -> float:
-        """The grid value that a block's absmax maps to."""
-        return self.fmt.max
 
     def _blocked(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
         """``x`` reshaped so that each block is reduced over the returned axes (as NumPy)."""
