@@ -61,7 +61,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from .._checks import check_bool
+from ..checks import check_bool
 from ..quantizer import Quantizer
 from .adamw import AdamW
 from .base import (

@@ -91,7 +91,7 @@ import warnings
 
 import torch
 
-from .._checks import check_bool
+from ..checks import check_bool
 from .optim_base import _ECOBase
 from .numerics import _div, _sqrt
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import torch
 
 from .. import rng
-from .._checks import check_bool
+from ..checks import check_bool
 from ..optim.base import resolve_states as _np_resolve_states
 from ..optim.base import weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from .. import quantizer as _np_quantizer
-from .._checks import NonFiniteError, native
+from ..checks import NonFiniteError, native
 from ..formats import Format, get
 from ..rounding import SRC_F32 as _F32
 from ..rounding import SRC_F64 as _F64

@@ -27,7 +27,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from .._checks import check_bool, native
+from ..checks import check_bool, native
 from ..formats import Format, get
 from ..rounding import MODES, SR_RULES
 from ..rounding import Plan as _Plan
