@@ -107,6 +107,17 @@ def check_positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
     return value
 
 
+def check_params(params: Any, d: int, dtype: np.dtype) -> np.ndarray:
+    """Returns ``params`` as a ``(d,)`` array of ``dtype`` (no copy when it already is one);
+    raises ValueError for another shape, TypeError for a non-real dtype."""
+    x = np.asarray(params)
+    if x.shape != (d,):
+        raise ValueError(f"params must have shape ({d},), got {x.shape}")
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise TypeError(f"params must be a real array, got dtype {x.dtype}")
+    return x.astype(dtype, copy=False)
+
+
 def check_batch_size(batch_size: Any) -> int | None:
     """Returns ``batch_size`` (None or a positive int), or raises."""
     if batch_size is None:

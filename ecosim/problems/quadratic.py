@@ -19,6 +19,7 @@ from .base import (
     check_batch_size,
     check_dtype,
     check_key,
+    check_params,
     check_positive,
     check_real,
     keyed_rng,
@@ -172,12 +173,7 @@ class Quadratic(Problem):
         return self._hessian
 
     def _x(self, params: Any) -> np.ndarray:
-        x = np.asarray(params)
-        if x.shape != (self.d,):
-            raise ValueError(f"params must have shape ({self.d},), got {x.shape}")
-        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
-            raise TypeError(f"params must be a real array, got dtype {x.dtype}")
-        return x.astype(self.dtype, copy=False)
+        return check_params(params, self.d, self.dtype)
 
     def _noise(self, batch: Any) -> np.ndarray | None:
         if batch is None:

@@ -11,6 +11,7 @@ from .base import (
     Problem,
     check_dtype,
     check_key,
+    check_params,
     check_positive,
     check_real,
     keyed_rng,
@@ -84,12 +85,7 @@ class Rosenbrock(Problem):
         if batch is not None:
             raise TypeError(
                 f"Rosenbrock is full-batch: batch must be None, got {type(batch).__name__}")
-        x = np.asarray(params)
-        if x.shape != (self.d,):
-            raise ValueError(f"params must have shape ({self.d},), got {x.shape}")
-        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
-            raise TypeError(f"params must be a real array, got dtype {x.dtype}")
-        return x.astype(self.dtype, copy=False)
+        return check_params(params, self.d, self.dtype)
 
     def init(self, key: int) -> np.ndarray:
         """The classic start (-1.2, 1, -1.2, 1, ...) + ``init_scale`` * N(0, I) from ``key``."""
