@@ -299,6 +299,64 @@ def test_unstore_weights_round_trip_and_ema():
     assert isinstance(et.unstore_weights(et.store_module(nn.Linear(3, 2), Q)), nn.Linear)
 
 
+# -- the weight a stored layer exposes ----------------------------------------------------------
+
+@pytest.mark.parametrize("make", [lambda: nn.Linear(6, 4), lambda: nn.Conv2d(2, 3, 3),
+                                  lambda: Conv1D(4, 6)])
+def test_stored_weight_reads_values_differentiably(make):
+    """Reading a stored layer's ``.weight`` reads the dequantized weights (not the zero
+    placeholder), also through ``detach()``/``.data``; a penalty on it reaches ``.grad``."""
+    torch.manual_seed(0)
+    layer = et.store_module(make(), Q)
+    w, values = layer.weight, layer.read()
+    assert torch.count_nonzero(values) > 0
+    assert torch.equal(w.detach(), values) and torch.equal(w.data.clone(), values)
+    assert torch.equal(w.norm(), values.norm()) and torch.equal(w * 3, values * 3)
+    assert torch.equal(torch.stack([w, w]), torch.stack([values, values]))
+    assert not w.detach().requires_grad and stored(w.detach()) is layer
+    (w ** 2).sum().backward()
+    assert torch.equal(w.grad, 2 * values)
+    assert w.grad.shape == w.shape and w.untyped_storage().nbytes() == 4  # still one element
+
+
+INPLACE = {
+    "nn.init.normal_": lambda w: nn.init.normal_(w),
+    "nn.init.kaiming_uniform_": lambda w: nn.init.kaiming_uniform_(w),
+    "mul_": lambda w: w.mul_(2),
+    "setitem": lambda w: w.__setitem__(0, 1.0),
+    "detach().copy_": lambda w: w.detach().copy_(torch.zeros(w.shape)),
+    "data.zero_": lambda w: w.data.zero_(),
+    "out=": lambda w: torch.add(torch.ones(w.shape), 1, out=w),
+    "torch.optim.AdamW": lambda w: torch.optim.AdamW([w], 1e-3).step(),
+    "torch.optim.SGD": lambda w: torch.optim.SGD([w], 1e-3, weight_decay=0.0).step(),
+}
+
+
+@pytest.mark.parametrize("what", sorted(INPLACE))
+def test_inplace_write_into_stored_weight_refused_clearly(what):
+    """In-place writes into a stored weight (initialisers, torch.optim, EMA-style copies) raise
+    a TypeError naming what to use instead, and leave the codes unchanged."""
+    layer = et.store_module(nn.Linear(6, 4), Q, key=1)
+    layer.weight.grad = torch.ones(4, 6)
+    codes = layer.codes.clone()
+    with pytest.raises(TypeError, match=r"stored as codes by ecosim.*layer\.write.*ema_update"):
+        INPLACE[what](layer.weight)
+    assert torch.equal(layer.codes, codes)
+
+
+def test_averaged_model_refused_and_ema_update_works():
+    """torch's AveragedModel writes into the slot (refused, with ema_update named);
+    ema_update averages the same model."""
+    model = nn.Sequential(nn.Linear(6, 4))
+    et.quantize_model(model, Q)
+    avg = torch.optim.swa_utils.AveragedModel(model)
+    with pytest.raises(TypeError, match="ema_update"):
+        avg.update_parameters(model)
+    ema = et.unstore_weights(copy.deepcopy(model))
+    et.ema_update(ema, model, 0.5)
+    assert torch.equal(ema[0].weight, model[0].read())
+
+
 def test_to_float64_converts_read_and_scales():
     layer = et.store_module(nn.Conv2d(2, 3, 3), Q)
     r32, s32 = layer.read(), layer.scales.clone()

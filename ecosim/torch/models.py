@@ -8,8 +8,8 @@
 * :func:`unstore_weights` puts the plain modules back with the current weights: the result's
   ``state_dict`` loads into the original architecture.
 * :func:`ema_update` keeps an exponential moving average of a model with stored weights (torch's
-  ``AveragedModel`` and any in-place write into a stored weight's slot fail: the slot is one
-  element broadcast to the weight's shape).
+  ``AveragedModel`` writes into the stored weight's slot in place, which the slot refuses with
+  a TypeError naming this function).
 
 Example (a small convolutional network; every convolution and the linear head stored)::
 

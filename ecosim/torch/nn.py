@@ -22,8 +22,9 @@ How the pieces fit (``ecosim.torch.optim`` does the updates)::
   saves the codes, not ``W``, and dequantizes again in backward. Static memory: 1 byte per
   weight for FP8 plus 4 bytes per row.
 * Its ``weight`` attribute is a :class:`GradSlot`: an ``nn.Parameter`` of the weight's shape
-  whose storage is one zero broadcast to that shape (4 bytes). It carries no values (it reads
-  as zeros); it exists so that autograd, ``clip_grad_norm_``, DDP's gradient all-reduce and
+  whose storage is one zero broadcast to that shape (4 bytes). Reading it reads the stored
+  values (differentiably), writing into it in place is refused (:mod:`ecosim.torch.slot`); it
+  exists so that autograd, ``clip_grad_norm_``, DDP's gradient all-reduce and
   optimizers see a parameter of the right shape, and its ``.grad`` (full size, transient)
   receives the weight gradient. :func:`stored` maps a slot back to its layer; the ECO
   optimizers read the weights from the codes and write ``encode(theta_tilde)`` back.
@@ -62,9 +63,8 @@ subclasses) are stored by :mod:`ecosim.torch.layers`, whole models by
 
 Not supported: FSDP (it would shard and materialise the slot), weights tied to other
 parameters (refused: the tie would silently break), double backward, in-place writes into the
-slot (``nn.init.*_``, ``torch.optim``, ``AveragedModel``: torch refuses writing into a
-broadcast tensor; use :meth:`QuantizedLinear.write`, the ECO optimizers and
-:func:`ecosim.torch.ema_update`).
+slot (``nn.init.*_``, ``torch.optim``, ``AveragedModel``: refused with a TypeError that names
+:meth:`QuantizedLinear.write`, the ECO optimizers and :func:`ecosim.torch.ema_update`).
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ from torch import nn
 from . import rng
 from .quantizer import _E8M0, _STORAGE, Encoded, Quantizer, decode_bits
 from .rounding import quantize
+from .slot import GradSlot, _rebuild_slot, raw_slots, stored  # noqa: F401 (old pickles)
 
 __all__ = ["GradSlot", "QuantizedLinear", "store_weights", "stored", "data_parallel",
            "measured_memory", "MeasuredMemory"]
@@ -179,48 +180,6 @@ def _typed(raw: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     if dtype is None or raw.dtype == dtype:
         return raw
     return raw.view(dtype)
-
-
-# -- the gradient slot ---------------------------------------------------------------------------
-
-class GradSlot(nn.Parameter):
-    """A parameter with a weight's shape and no values: one zero broadcast to the shape.
-
-    Storage is one element (4 bytes for float32); ``.grad`` is a full, contiguous tensor
-    (autograd's layout for a broadcast parameter), where the weight gradient lands. The layer
-    holding the codes is ``stored(slot)``. Deep copies and pickles keep the link to the
-    (copied) layer and stay one element.
-    """
-
-    def __new__(cls, shape, dtype=torch.float32, device=None, requires_grad=True):
-        data = torch.zeros((), dtype=dtype, device=device).expand(*shape)
-        return torch.Tensor._make_subclass(cls, data, requires_grad)
-
-    def __deepcopy__(self, memo):
-        if id(self) in memo:
-            return memo[id(self)]
-        out = GradSlot(tuple(self.shape), self.dtype, self.device, self.requires_grad)
-        memo[id(self)] = out
-        out.__dict__.update(copy.deepcopy(self.__dict__, memo))
-        return out
-
-    def __reduce_ex__(self, proto):
-        return (_rebuild_slot, (tuple(self.shape), self.dtype, self.device, self.requires_grad,
-                                self.__dict__))
-
-    def __repr__(self):
-        return f"GradSlot(shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device})"
-
-
-def _rebuild_slot(shape, dtype, device, requires_grad, state):
-    out = GradSlot(shape, dtype, device, requires_grad)
-    out.__dict__.update(state)
-    return out
-
-
-def stored(p: torch.Tensor) -> "QuantizedLinear | None":
-    """The layer that holds the weights of ``p`` when ``p`` is a :class:`GradSlot`, else None."""
-    return getattr(p, "_ecosim_store", None) if isinstance(p, GradSlot) else None
 
 
 def _start_weight(w: torch.Tensor, name: str) -> torch.Tensor:
@@ -443,16 +402,17 @@ class QuantizedLinear(nn.Module):
         # round float32 scales); the slot is shrunk to its one element for the conversion
         # (a plain ``.to()`` of a broadcast tensor materialises it) and broadcast again.
         scales = self.scales
-        slot = self.weight
-        slot.data = torch.zeros((), dtype=slot.dtype, device=slot.device)
-        try:
-            out = super()._apply(fn, recurse)
-        finally:
-            new = self._parameters["weight"]
-            if new is not slot:  # a conversion that replaced the Parameter object
-                slot.data = new.data
-                self._parameters["weight"] = slot
-            slot.data = slot.data.reshape(()).expand(self._shape)
+        with raw_slots():
+            slot = self.weight
+            slot.data = torch.zeros((), dtype=slot.dtype, device=slot.device)
+            try:
+                out = super()._apply(fn, recurse)
+            finally:
+                new = self._parameters["weight"]
+                if new is not slot:  # a conversion that replaced the Parameter object
+                    slot.data = new.data
+                    self._parameters["weight"] = slot
+                slot.data = slot.data.reshape(()).expand(self._shape)
         # float32 <-> float64 changes the dtype of the weights (read(), gradients) and of
         # float scales with them; half types leave both (the layer holds float32/float64).
         if slot.dtype in (torch.float32, torch.float64) and slot.dtype != self._value_dtype:
@@ -464,7 +424,8 @@ class QuantizedLinear(nn.Module):
         return out
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
-        super()._save_to_state_dict(destination, prefix, keep_vars)
+        with raw_slots():
+            super()._save_to_state_dict(destination, prefix, keep_vars)
         destination.pop(prefix + "weight", None)  # the slot holds no values
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
