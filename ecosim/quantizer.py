@@ -17,7 +17,8 @@ import numpy as np
 
 from ._checks import NonFiniteError, check_bool, native
 from .formats import Format, decode_bits, get
-from .rounding import _CHUNK, MODES, _chunk_bits, _kernel, _prepare, _random_source, quantize
+from .rounding import (_CHUNK, MODES, SR_RULES, _chunk_bits, _kernel, _prepare, _random_source,
+                       quantize)
 from .rounding_codes import _candidate_codes, _code_kernel
 
 __all__ = ["Quantizer", "QuantizerConfig", "Encoded", "SCALE_RULES", "POW2_RULES"]
@@ -74,6 +75,7 @@ class QuantizerConfig:
     pow2: str = "floor"
     nbits: int = 32
     saturate: bool = True
+    sr_rule: str = "floor"
 
     def __post_init__(self):
         object.__setattr__(self, "fmt", get(self.fmt))
@@ -95,6 +97,8 @@ class QuantizerConfig:
         if self.pow2 not in POW2_RULES:
             raise ValueError(f"pow2 must be one of {POW2_RULES}, got {self.pow2!r}")
         object.__setattr__(self, "saturate", check_bool(self.saturate, "saturate"))
+        if self.sr_rule not in SR_RULES:
+            raise ValueError(f"sr_rule must be one of {SR_RULES}, got {self.sr_rule!r}")
 
     @property
     def fixed(self) -> bool:
@@ -128,7 +132,10 @@ class Quantizer(QuantizerConfig):
             ``2**(floor(log2 max|x|) - emax)`` (the top binade may clip); ``"ceil"``, the
             smallest power of two ``>= max|x| / rho`` (never clips); ``"even"``, the nearest
             power of two to ``max|x| / rho``, ties to the even exponent.
-        nbits, saturate: passed to :func:`ecosim.quantize` (``saturate`` must be a bool).
+        nbits, saturate, sr_rule: passed to :func:`ecosim.quantize` (``saturate`` must be a
+            bool): SR with the low ``nbits`` of each random word, counting
+            ``floor(p * 2**nbits)`` (``sr_rule="floor"``) or ``p * 2**nbits`` rounded to
+            nearest (``"nearest"``) rounding-up words.
 
     Edge cases: a block of zeros gets ``s = 1`` (codes 0, decoded exactly 0). A nonzero block
     whose ``"absmax"`` or ``"absmean"`` scale would fall below the smallest normal number
@@ -254,7 +261,8 @@ class Quantizer(QuantizerConfig):
         sr = self.mode == "sr"
         if not sr and (key is not None or rbits is not None):
             raise ValueError("key/rbits are for mode='sr'")
-        plan = _prepare(self.fmt, dt, sr, self.nbits if sr else 32, self.saturate)
+        plan = _prepare(self.fmt, dt, sr, self.nbits if sr else 32, self.saturate,
+                        self.sr_rule if sr else "floor")
         bits_src = None
         if sr:
             rb = None if rbits is None else np.asarray(rbits).reshape(xb.shape)

@@ -167,3 +167,53 @@ def test_default_output_unchanged():
         digests.append(h.hexdigest())
     want = "d81ca81256e162ee0903b06bc53e8f87f7061119d806cd0d49c57a2c043de4ef"
     assert digests == [want, want]
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "row", 8])
+@pytest.mark.parametrize("rule", RULES)
+def test_quantizer_passes_the_rule(granularity, rule):
+    """Quantizer(sr_rule=...) equals quantize on the scaled values with the same bits and rule,
+    for the value path and for encode/decode (NumPy and torch, bit for bit)."""
+    from ecosim import Quantizer
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    rb = rng.integers(0, 2**32, x.shape, dtype=np.uint32)
+    q = Quantizer("e4m3", "sr", granularity=granularity, nbits=3, sr_rule=rule)
+    s = q.scales(x)
+    xb = x.reshape(4, 2, 8) if granularity == 8 else x
+    sb = s.reshape(4, 2, 1) if granularity == 8 else s
+    want = (quantize(xb / sb, "e4m3", "sr", rbits=rb.reshape(xb.shape), nbits=3,
+                     sr_rule=rule) * sb).reshape(x.shape)
+    assert_array_equal(q(x, rbits=rb), want)
+    assert_array_equal(q.decode(q.encode(x, rbits=rb)), want)
+    other = Quantizer("e4m3", "sr", granularity=granularity, nbits=3,
+                      sr_rule="floor" if rule == "nearest" else "nearest")
+    assert not np.array_equal(other(x, rbits=rb), want)  # the rule is not ignored
+    torch = pytest.importorskip("torch")
+    import ecosim.torch as et
+    qt = et.Quantizer("e4m3", "sr", granularity=granularity, nbits=3, sr_rule=rule)
+    assert_array_equal(qt(torch.from_numpy(x), rbits=torch.from_numpy(rb.astype(np.int64)))
+                       .numpy(), want)
+
+
+def test_quantizer_bad_rule_raises():
+    from ecosim import Quantizer
+    with pytest.raises(ValueError, match="sr_rule must be one of"):
+        Quantizer("e4m3", "sr", sr_rule="round")
+
+
+def test_optimizer_weight_writes_use_the_rule():
+    """An optimizer's weight write with a few-bit SR quantizer follows its rule, on the
+    plain-cast fast path (fixed scale 1) and the scaled path: the initial write equals
+    ``q(w, key=fold_in(key, "init", name))``, and the two rules give different weights."""
+    from ecosim import Quantizer, rng
+    from ecosim.optim import sgdm
+    w0 = {"w": np.random.default_rng(0).standard_normal(256).astype(np.float32)}
+    for scale in (1.0, "absmax"):
+        outs = []
+        for rule in RULES:
+            q = Quantizer("e4m3", "sr", scale=scale, nbits=2, sr_rule=rule)
+            w, _ = sgdm(0.01, 0.9, scheme="naive", weights=q).init(w0, key=5)
+            assert_array_equal(w["w"], q(w0["w"], key=rng.fold_in(5, "init", "w")))
+            outs.append(w["w"])
+        assert not np.array_equal(*outs), scale

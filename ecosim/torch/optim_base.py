@@ -43,7 +43,8 @@ def _torch_quantizer(q) -> Quantizer:
     """An :class:`ecosim.torch.Quantizer` from a torch or NumPy Quantizer (same fields)."""
     if isinstance(q, Quantizer):
         return q
-    return Quantizer(q.fmt, q.mode, q.granularity, q.scale, q.pow2, q.nbits, q.saturate)
+    return Quantizer(q.fmt, q.mode, q.granularity, q.scale, q.pow2, q.nbits, q.saturate,
+                     q.sr_rule)
 
 
 def _state_codec(spec) -> _Codec:

@@ -85,9 +85,9 @@ class Quantizer(_np_quantizer.QuantizerConfig):
     The arguments, their checks and the semantics are those of :class:`ecosim.Quantizer`
     (granularity ``"tensor"``/``"row"``/``"column"``/group size; scale ``"absmax"``,
     ``"absmax_pow2"`` with ``pow2`` ``"floor"``/``"ceil"``/``"even"``, ``"absmean"`` or a fixed
-    float; ``mode``, ``nbits``, ``saturate``); only the arrays are tensors, on any device. SR
-    bits from ``key=`` are consumed in ``x``'s C order, as in NumPy, so both backends draw the
-    same bits; ``rbits=`` is an integer tensor of ``x``'s shape.
+    float; ``mode``, ``nbits``, ``saturate``, ``sr_rule``); only the arrays are tensors, on
+    any device. SR bits from ``key=`` are consumed in ``x``'s C order, as in NumPy, so both
+    backends draw the same bits; ``rbits=`` is an integer tensor of ``x``'s shape.
 
     Bit-exactness with NumPy holds for C-contiguous NumPy input (absmean sums in NumPy's
     order for that layout).
@@ -193,7 +193,7 @@ class Quantizer(_np_quantizer.QuantizerConfig):
             rb = rb.reshape(xb.shape)
         if self.mode == "sr":
             c = quantize(y, self.fmt, "sr", rbits=rb, key=key, nbits=self.nbits,
-                         saturate=self.saturate)
+                         saturate=self.saturate, sr_rule=self.sr_rule)
         else:
             if key is not None or rbits is not None:
                 raise ValueError("key/rbits are for mode='sr'")
