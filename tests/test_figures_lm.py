@@ -177,7 +177,8 @@ def test_every_cell_states_its_seeds():
     md = _table(lm_markdown(records_to_results(recs)))
     assert md["method"] == ["tiny (100k)"]  # one setting: the preset's name alone
     assert md["BF16 w/ master"] == ["2.0010 ± 0.0010 n=3"]
-    assert md["FP8 naive + RTN"] == ["2.0310 ± 0.0014 (+0.0300 ± 0.0000) n=2, 1 of 3 diverged"]
+    assert md["FP8 naive + RTN"] == ["2.0310 ± 0.0014 (+0.0300 [+0.0300, +0.0300]) n=2; "
+                                     "diverged 1 of 3"]
     assert all(row[0].endswith("n=3") for label, row in md.items()
                if label not in ("method", "FP8 naive + RTN"))
 

@@ -59,6 +59,11 @@ def test_paper_lrs():
 
 
 def test_cpu_presets_are_small():
+    # micro (make figures' Table 1 protocol): 2 blocks of 4 d^2 + 3 d d_ff weights, d = 32,
+    # d_ff = 128, plus 5 norm gains of 32: its 650 steps of 16 x 64 bytes are 20.2 tokens per
+    # non-embedding parameter
+    assert param_counts("micro")["non_embedding"] == 2 * (4 * 32**2 + 3 * 32 * 128) + 5 * 32
+    assert param_counts("micro")["non_embedding"] == 32_928
     assert param_counts("tiny")["total"] < 200_000
     assert 1e6 < param_counts("small")["total"] < 5e6
 

@@ -4,9 +4,16 @@ Each unit trains one Llama-style decoder with :func:`ecosim.torch.lm.train` (the
 backend: ``make torch``) on the default corpus, the Python standard library's own sources
 read byte by byte, under one method of the paper's Table 1 (FP8 E4M3 row-wise weights in the
 block-internal linear layers; AdamW (0.9, 0.98), eps 1e-9, wd 0.1, clip 1.0, warmup 10% then
-cosine to 0.1x). The default sizes are the CPU presets, so ``make figures`` reproduces the
-table's *shape* on a laptop, not the paper's numbers; for larger presets run
-``python -m ecosim.torch.lm`` (on a GPU) and plot its results file with
+cosine to 0.1x).
+
+The default is the Table 1 protocol that ``make figures`` runs: preset ``micro`` (32,928
+non-embedding parameters, counted as :func:`ecosim.torch.model.param_counts` does), 650 steps
+of 16 sequences of 64 bytes (665,600 training tokens: 20.2 per non-embedding parameter), every
+Table 1 method and FP32, 3 seeds paired by seed (seed ``s`` fixes the init, the data order and
+the SR keys of every method alike), validation on 16 batches every 65 steps. It costs about
+700 CPU-seconds (24 runs of 25-35 s on one thread). Larger presets run with
+``python -m ecosim.torch.lm`` (see the README's LM section for ``tiny`` at 2100 steps) and
+are plotted from their results file with
 ``ecosim figures --only lm_table lm_pareto --set lm.results_file=FILE``.
 
 With ``results_file`` set the experiment trains nothing: its single unit is the SHA-256 of the
@@ -67,24 +74,23 @@ class LMTableConfig(Config):
     """Which language-model runs to make (or which results file to read).
 
     Attributes:
-        presets: model presets of :mod:`ecosim.torch.lm` (the CPU ones by default).
-        methods: Table 1's methods (all seven by default).
+        presets: model presets of :mod:`ecosim.torch.lm` (``micro`` by default).
+        methods: Table 1's methods and ``fp32`` (all eight by default).
         seeds: number of seeds per preset (runs with seeds ``0 .. n-1``; the model init,
             data order and SR keys all follow the seed; every method sees the same seeds).
-        steps: optimizer steps per run, one entry per preset (the larger preset is slower
-            per step: ``make figures`` gives it fewer).
+        steps: optimizer steps per run, one entry per preset.
         batch, seq: sequences per step and tokens per sequence.
         eval_every, eval_batches: validation cadence and size.
         results_file: read these JSON-lines records instead of training (see module doc).
     """
 
-    presets: tuple[str, ...] = ("tiny", "small")
-    methods: tuple[str, ...] = METHODS
-    seeds: tuple[int, ...] = (3, 1)
-    steps: tuple[int, ...] = (400, 100)
+    presets: tuple[str, ...] = ("micro",)
+    methods: tuple[str, ...] = ("fp32",) + METHODS
+    seeds: tuple[int, ...] = (3,)
+    steps: tuple[int, ...] = (650,)
     batch: int = 16
-    seq: int = 128
-    eval_every: int = 50
+    seq: int = 64
+    eval_every: int = 65
     eval_batches: int = 16
     results_file: str = ""
 

@@ -15,6 +15,11 @@ differs (``small (3.2M) · 100 steps``). Within a column a method's seeds are av
 cell states its ``n``) and paired with BF16-with-master's seeds of the same column; a seed
 without a finished baseline run is named in the cell. Repeated seeds are resolved when the
 results file is read (:func:`ecosim.experiments.lm.unique_runs`).
+
+What a cell says is decided in :mod:`ecosim.claims` (:func:`~ecosim.claims.lm_cells`: each
+run's outcome, trained, stalled or diverged, and the 95% t-interval of the paired gap over the
+seeds that trained; :func:`~ecosim.claims.lm_orderings`: which of the paper's orderings hold);
+this module only draws and writes it.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import math
 
 import numpy as np
 
+from .. import claims as _claims
 from ..experiments.lm import METHODS, describe_setting, method_parts
 from . import style
 from .base import figure
@@ -99,24 +105,9 @@ def _methods(r) -> list[str]:
     return order + sorted(present - set(order))
 
 
-def _cell(r, rows: np.ndarray) -> tuple[float, float, int, int]:
-    """(mean val loss over finished seeds, std, seeds, diverged seeds) of these rows."""
-    v = r["val_loss"][rows][~r["diverged"][rows]]
-    n_div = int(r["diverged"][rows].sum())
-    if not v.size:
-        return math.nan, math.nan, int(rows.size), n_div
-    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(rows.size), n_div
-
-
-def _paired_gap(r, col: np.ndarray, c: int, method: str) -> tuple[np.ndarray, list[int]]:
-    """Per-seed ``loss(method) - loss(BASE)`` in column ``c``, and the finished seeds of
-    ``method`` without a finished BASE run of the same seed there (unpaired: reported)."""
-    def by_seed(m):
-        rows = np.flatnonzero((col == c) & (r["method"] == m) & ~r["diverged"])
-        return {int(r["seed"][i]): float(r["val_loss"][i]) for i in rows}
-    a, b = by_seed(method), by_seed(BASE)
-    return (np.array([a[k] - b[k] for k in sorted(a) if k in b]),
-            sorted(k for k in a if k not in b))
+def _cells(r, col: np.ndarray) -> dict:
+    """:func:`ecosim.claims.lm_cells` per column: ``{(column, method): cell}``."""
+    return _claims.lm_cells(r, col, BASE)
 
 
 def _unpaired_text(seeds: list[int]) -> str:
@@ -128,33 +119,90 @@ def _fmt_params(n: int) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
 
 
-def _cell_text(r, col: np.ndarray, c: int, m: str) -> str:
-    """A table cell: mean [± sd] over finished seeds, the paired gap in brackets, ``n``."""
-    rows = np.flatnonzero((col == c) & (r["method"] == m))
-    mean, sd, n, n_div = _cell(r, rows)
-    if n == 0:
+def _interval_text(d: dict) -> str:
+    """``+0.0123 [-0.0040, +0.0286]`` (a mean alone below two values)."""
+    if d["n"] < 2:
+        return f"{d['mean']:+.4f}"
+    return f"{d['mean']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]"
+
+
+def _failed_text(cell: dict) -> str:
+    """``stalled 3`` / ``diverged 1, stalled 2`` of a cell's failed runs ('' if none)."""
+    oc = cell["outcomes"]
+    return ", ".join(f"{k} {oc[k]}" for k in ("diverged", "stalled") if oc[k])
+
+
+def _cell_text(cells: dict, c: int, m: str) -> str:
+    """A table cell: mean ± sd over the seeds that trained, the paired gap to BASE with its 95%
+    interval in brackets, ``n``, and the runs that stalled or diverged (never averaged)."""
+    cell = cells.get((c, m))
+    if cell is None:
         return ""
-    if n_div == n:
-        return f"diverged n={n}"
-    n_ok = n - n_div
-    text = f"{mean:.4f}" + (f" ± {sd:.4f}" if n_ok > 1 else "")
+    n, oc, loss = cell["n"], cell["outcomes"], cell["loss"]
+    failed = _failed_text(cell)
+    if oc["trained"] == 0:
+        return f"{failed} of n={n}" if len(failed.split(",")) > 1 else \
+            f"{failed.split()[0]} n={n}"
+    text = f"{loss['mean']:.4f}" + (f" ± {loss['sd']:.4f}" if loss["n"] > 1 else "")
     if m != BASE:
-        gap, unpaired = _paired_gap(r, col, c, m)
         parts = []
-        if gap.size:
-            g = f"{gap.mean():+.4f}"
-            if gap.size > 1:
-                g += f" ± {gap.std(ddof=1) / math.sqrt(gap.size):.4f}"
-            if unpaired:
-                g += f" over n={gap.size}"
+        if cell["gap"]["n"]:
+            g = _interval_text(cell["gap"])
+            if cell["unpaired"]:
+                g += f" over n={cell['gap']['n']}"
             parts.append(g)
-        if unpaired:
-            parts.append(_unpaired_text(unpaired))
+        if cell["unpaired"]:
+            parts.append(_unpaired_text(cell["unpaired"]))
         text += f" ({'; '.join(parts)})"
-    text += f" n={n_ok}"
-    if n_div:
-        text += f", {n_div} of {n} diverged"
+    text += f" n={oc['trained']}"
+    if failed:
+        text += f"; {failed} of {n}"
     return text
+
+
+_VERDICT = {"holds": "holds", "reversed": "**reversed**", "does not hold": "**does not hold**",
+            "not resolved": "not resolved"}
+
+
+def _orderings_md(r, cols, col) -> list[str]:
+    """The paper's orderings judged per column (:func:`ecosim.claims.lm_orderings`)."""
+    found = _claims.lm_orderings(r, col, base=BASE)
+    if not found:
+        return []
+    head = ["paper's ordering", "paper (A - B)"] + [c["label"] for c in cols]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    keys = list(dict.fromkeys((o["a"], o["rel"], o["b"], o["paper"]) for o in found))
+    by = {(o["group"], o["a"], o["rel"], o["b"]): o for o in found}
+    for a, rel, b, paper in keys:
+        row = [f"{method_label(a)} {'<' if rel == '<' else '≈'} {method_label(b)}", paper]
+        for c in range(len(cols)):
+            o = by.get((c, a, rel, b))
+            if o is None:
+                row.append("")
+                continue
+            v = _VERDICT[o["verdict"]]
+            if o["how"] == "outcome":
+                v += " (by outcome: " + ("B" if o["verdict"] == "holds" else "A") \
+                    + " stalled or diverged)"
+            elif o["diff"]["n"]:
+                v += f": {_interval_text(o['diff'])} n={o['diff']['n']}"
+            row.append(v)
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _protocol_text(r, cols, col) -> str:
+    """Per column: parameters, steps, tokens, tokens per parameter and seeds."""
+    out = []
+    for c, cc in enumerate(cols):
+        rows = np.flatnonzero(col == c)
+        tokens = int(np.max(r["tokens"][rows]))
+        seeds = len({int(x) for x in r["seed"][rows]})
+        out.append(f"{cc['label']}: {cc['n_nonembed']:,} non-embedding parameters, "
+                   f"{cc['steps']} steps, {tokens:,} training tokens = "
+                   f"{tokens / cc['n_nonembed']:.1f} per non-embedding parameter, "
+                   f"{seeds} seed{'s' * (seeds > 1)}")
+    return "; ".join(out)
 
 
 def lm_markdown(r) -> str:
@@ -162,19 +210,29 @@ def lm_markdown(r) -> str:
     cell's number of seeds, then the paper's Table 1."""
     cols, col = _columns(r)
     methods = _methods(r)
+    cells = _cells(r, col)
     head = ["method"] + [c["label"] for c in cols]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in methods:
-        cells = [_cell_text(r, col, c, m) for c in range(len(cols))]
-        lines.append(f"| {method_label(m)} | " + " | ".join(cells) + " |")
-    steps = sorted({int(s) for s in r["steps"]})
-    tokens = sorted({int(t) for t in r["tokens"]})
-    lines += ["", f"Validation loss (nats per byte) after {', '.join(map(str, steps))} steps "
-              f"({', '.join(f'{t / 1e6:.2f}M' for t in tokens)} training tokens); mean ± standard "
-              "deviation over the n seeds that finished; in brackets the gap to BF16 with master "
-              "weights, paired by seed (mean ± standard error). Runs are averaged only within a "
-              "column: one preset and setting (steps, sequence length, batch, lr, storage, "
-              "corpus, ...).", "",
+        row = [_cell_text(cells, c, m) for c in range(len(cols))]
+        lines.append(f"| {method_label(m)} | " + " | ".join(row) + " |")
+    lines += ["", f"Validation loss (nats per byte) at the end ({_protocol_text(r, cols, col)}): "
+              "mean ± standard deviation over the n seeds that trained; in brackets the gap to "
+              "BF16 with master weights paired by seed (same init, data order and SR keys), "
+              f"mean and {_claims.LM_LEVEL:.0%} t-interval. A run that diverged (non-finite or "
+              "exploding loss) or stalled (over the second half of the run its validation loss "
+              f"fell by less than {_claims.STALL_RATIO:g}x what the same seed's BF16-with-master "
+              f"run fell, which fell by more than {_claims.STALL_MIN_DROP:g}) is counted as "
+              "such and enters no mean. Runs are averaged only within a column: one preset and "
+              "setting (steps, sequence length, batch, lr, storage, corpus, ...)."]
+    order = _orderings_md(r, cols, col)
+    if order:
+        lines += ["", "The paper's orderings on these runs (A - B per seed, seeds where both "
+                  f"trained, mean and {_claims.LM_LEVEL:.0%} t-interval; < holds when the "
+                  "interval lies below 0, reversed when above; ≈ holds when it lies within "
+                  f"±{_claims.EQUIV_MARGIN:g}, does not hold when outside; otherwise not "
+                  "resolved):", "", *order]
+    lines += ["",
               "The paper's Table 1 (C4, 30M-800M parameters, 100 tokens per parameter):", "",
               "| method | " + " | ".join(PAPER_SIZES) + " |",
               "|" + "---|" * (len(PAPER_SIZES) + 1)]
@@ -191,9 +249,14 @@ the Python standard library's sources with ecosim.torch: FP8 E4M3 weights with o
 per row in the block-internal linear layers, AdamW (0.9, 0.98), eps 1e-9, weight decay 0.1,
 clip 1.0, 10% warmup then cosine to 0.1x. (a) Training loss (mean over the seeds of each
 logging window) and validation loss (markers) for the largest preset; (b) each method's final
-validation loss minus that of BF16 weights with a master copy, paired by seed (bars: mean;
-whiskers: standard error over seeds; hatched: RTN; a cross: diverged). The numbers are in
-lm_table.md beside the paper's.
+validation loss minus that of BF16 weights with a master copy, paired by seed (same init, data
+order and SR keys) over the seeds where both trained (bars: mean; whiskers: 95% t-interval;
+hatched: RTN; at the top, a cross where every seed diverged and a triangle where every seed
+stalled: loss flat over the second half while BF16-with-master's still fell; "k✗" over a
+bar: k seeds failed and are left out of it). make figures runs preset micro (32,928
+non-embedding parameters) for 650 steps of 16 x 64 bytes: 20.2 training tokens per
+non-embedding parameter, 3 seeds. The numbers, and which of the paper's orderings hold, are
+in lm_table.md beside the paper's Table 1.
 """
 
 
@@ -205,9 +268,10 @@ def lm_table(lm):
     fig = style.new_figure(11.0, 4.2)
     ax, bx = fig.subplots(1, 2)
     big = len(cols) - 1  # the largest preset (its longest setting) gets the curves
+    cells = _cells(r, col)
     finals = {k: [] for k in ("preset", "method", "n_nonembed", "val_loss", "std", "seeds",
-                              "diverged", "gap", "gap_se", "setting", "steps", "gap_seeds",
-                              "unpaired")}
+                              "trained", "stalled", "diverged", "gap", "gap_lo", "gap_hi",
+                              "setting", "steps", "gap_seeds", "unpaired")}
     curves = {k: [] for k in ("preset", "method", "seed", "step", "train_loss", "val_loss")}
     where = {}  # (column, method) -> row of finals
     top = 0.0
@@ -215,26 +279,26 @@ def lm_table(lm):
         st = _style(m)
         lw = 1.9 if m.endswith("sr") or m.startswith("bf16") else 1.5
         for c, cc in enumerate(cols):
-            mean, sd, n, n_div = _cell(r, np.flatnonzero((col == c) & (r["method"] == m)))
-            if n == 0:
+            cell = cells.get((c, m))
+            if cell is None:
                 continue
-            gap, unpaired = (_paired_gap(r, col, c, m) if m != BASE
-                             else (np.zeros(0), []))
+            gap, oc = cell["gap"], cell["outcomes"]
             where[c, m] = len(finals["preset"])
             finals["preset"].append(cc["preset"])
             finals["setting"].append(cc["label"])
             finals["method"].append(m)
             finals["n_nonembed"].append(cc["n_nonembed"])
             finals["steps"].append(cc["steps"])
-            finals["val_loss"].append(mean)
-            finals["std"].append(sd)
-            finals["seeds"].append(n)
-            finals["diverged"].append(n_div)
-            finals["gap"].append(float(gap.mean()) if gap.size else math.nan)
-            finals["gap_se"].append(float(gap.std(ddof=1) / math.sqrt(gap.size))
-                                    if gap.size > 1 else math.nan)
-            finals["gap_seeds"].append(int(gap.size))
-            finals["unpaired"].append(" ".join(map(str, unpaired)))
+            finals["val_loss"].append(cell["loss"]["mean"])
+            finals["std"].append(cell["loss"]["sd"])
+            finals["seeds"].append(cell["n"])
+            for k in ("trained", "stalled", "diverged"):
+                finals[k].append(oc[k])
+            finals["gap"].append(gap["mean"])
+            finals["gap_lo"].append(gap["lo"])
+            finals["gap_hi"].append(gap["hi"])
+            finals["gap_seeds"].append(gap["n"])
+            finals["unpaired"].append(" ".join(map(str, cell["unpaired"])))
         rows = np.flatnonzero((col == big) & (r["method"] == m))
         for i in rows:
             okt = np.isfinite(r["curve_step"][i])
@@ -298,11 +362,12 @@ def _aligned_curves(r, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _gap_bars(bx, r, cols, col, methods, finals, where) -> None:
     """Panel (b): each method's final validation loss minus BF16-with-master's, paired by seed
-    (bars; standard errors over seeds; a cross at the top where every seed diverged), one
-    group of bars per column of the table."""
+    (bars: mean over the seeds that trained; whiskers: 95% t-interval; at the top, a cross
+    where no seed trained because runs diverged, a triangle where they stalled, and the count
+    of failed seeds over a bar), one group of bars per column of the table."""
     others = [m for m in methods if m != BASE]
     width = 0.8 / max(len(others), 1)
-    gaps = [g for g in finals["gap"] if math.isfinite(g)]
+    gaps = [g for g in finals["gap"] + finals["gap_hi"] if math.isfinite(g)]
     top = max([0.0] + gaps) * 1.15 + 0.005
     for j, m in enumerate(others):
         st = _style(m)
@@ -312,10 +377,15 @@ def _gap_bars(bx, r, cols, col, methods, finals, where) -> None:
             if i is None:
                 continue
             x = k + (j - (len(others) - 1) / 2) * width
-            if finals["diverged"][i] == finals["seeds"][i]:
-                bx.plot(x, top, marker="x", color=st["color"], ms=8, mew=2)
+            failed = finals["seeds"][i] - finals["trained"][i]
+            if finals["trained"][i] == 0:
+                stalled = finals["stalled"][i] >= finals["diverged"][i]
+                bx.plot(x, top, marker="v" if stalled else "x", color=st["color"], ms=8,
+                        mew=2, label=None if labelled else
+                        f"{method_label(m)} ({'stalled' if stalled else 'diverged'})")
+                labelled = True
                 continue
-            g, se = finals["gap"][i], finals["gap_se"][i]
+            g, lo, hi = finals["gap"][i], finals["gap_lo"][i], finals["gap_hi"][i]
             if not math.isfinite(g):
                 continue
             rtn = m.endswith("rtn")
@@ -323,8 +393,11 @@ def _gap_bars(bx, r, cols, col, methods, finals, where) -> None:
                    edgecolor=st["color"], hatch="///" if rtn else None, lw=1.2,
                    label=None if labelled else method_label(m))
             labelled = True
-            if math.isfinite(se):
-                bx.errorbar(x, g, yerr=se, color="black", lw=1, capsize=2)
+            if math.isfinite(lo):
+                bx.errorbar(x, g, yerr=[[g - lo], [hi - g]], color="black", lw=1, capsize=2)
+            if failed:
+                bx.annotate(f"{failed}✗", (x, max(g, hi if math.isfinite(hi) else g)),
+                            ha="center", va="bottom", fontsize=6.5, color=st["color"])
     bx.axhline(0, color=style.COLORS["black"], lw=0.8)
     labels = []
     for c, cc in enumerate(cols):
@@ -345,7 +418,8 @@ Memory against loss for the language-model runs of lm_table: static bytes per pa
 quantized linear layers (as in the paper: the stored weights with their row scales, AdamW's two
 FP32 moments, and the FP32 master copy if any, whose low-precision working copy is not counted;
 measured from the tensors' nbytes, equal to ecosim.memory's formula) against the final
-validation loss (mean over seeds), one panel per preset. Removing the master copy moves a
+validation loss (mean over the seeds that trained; runs that diverged or stalled are named, not
+averaged), one panel per preset. Removing the master copy moves a
 method from 12 to 9 bytes per parameter (plus 4 bytes per row of scales); what that costs in
 loss is the vertical distance.
 """
@@ -356,17 +430,19 @@ def lm_pareto(lm):
     r = lm
     cols, col = _columns(r)
     methods = _methods(r)
+    cells = _cells(r, col)
     fig = style.new_figure(3.6 * len(cols) + 0.6, 3.6)
     axes = np.atleast_1d(fig.subplots(1, len(cols)))
     table = {k: [] for k in ("preset", "method", "bytes_measured", "bytes_formula",
-                             "val_loss", "diverged", "setting", "seeds")}
+                             "val_loss", "diverged", "stalled", "setting", "seeds")}
     for c, (ax, cc) in enumerate(zip(axes, cols)):
         gone = []
         for m in methods:
             rows = np.flatnonzero((col == c) & (r["method"] == m))
             if not rows.size:
                 continue
-            mean, _, n, n_div = _cell(r, rows)
+            cell = cells[c, m]
+            mean, n, n_ok = cell["loss"]["mean"], cell["n"], cell["outcomes"]["trained"]
             b = float(r["bytes_measured"][rows[0]])
             table["preset"].append(cc["preset"])
             table["setting"].append(cc["label"])
@@ -374,9 +450,10 @@ def lm_pareto(lm):
             table["bytes_measured"].append(b)
             table["bytes_formula"].append(float(r["bytes_formula"][rows[0]]))
             table["val_loss"].append(mean)
-            table["seeds"].append(n - n_div)
-            table["diverged"].append(n_div == n)
-            if n_div == n:
+            table["seeds"].append(n_ok)
+            table["diverged"].append(cell["outcomes"]["diverged"] == n)
+            table["stalled"].append(cell["outcomes"]["stalled"])
+            if n_ok == 0:
                 gone.append(method_label(m))
             st = _style(m)
             if math.isfinite(mean):
@@ -384,7 +461,7 @@ def lm_pareto(lm):
                         mfc="none" if m.endswith("rtn") else st["color"],
                         label=method_label(m))
         if gone:
-            ax.annotate("diverged: " + ", ".join(gone), (0.02, 0.02), xycoords="axes fraction",
+            ax.annotate("diverged or stalled: " + ", ".join(gone), (0.02, 0.02), xycoords="axes fraction",
                         fontsize=7.5, color=style.COLORS["grey"])
         ax.set_xlabel("static bytes / parameter")
         ax.set_ylabel("final validation loss")
