@@ -21,8 +21,9 @@ Everything is computed in float64. Scalar inputs give Python floats; array input
 and give float64 arrays.
 
 Where each part lives: the coefficients and the quadratic's closed forms in
-:mod:`ecosim.closed_forms`, the linear-systems solver in :mod:`ecosim.lyapunov`, the floors
-here; this module exports all of them.
+:mod:`ecosim.closed_forms`, the linear-systems solver in :mod:`ecosim.lyapunov`, the
+precision-against-horizon error terms of quantized Adam and Muon (Tang, Li, Zou, arXiv
+2510.21314) in :mod:`ecosim.horizon`, the floors here; this module exports all of them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from .closed_forms import (QUADRATIC_SCHEMES, SCHEMES, _as_float, _check_beta,
                            eco_alpha, quadratic_stationary, stability_limit)
 from .lyapunov import (LinearSystem, StationaryMoments, linear_system, lyapunov_covariance,
                        lyapunov_stationary)
+from .horizon import (ERROR_ORDERS, error_terms, horizon_bound, moment_condition,
+                      relative_error, required_mantissa, theory_slope)
 
 __all__ = [
     "SCHEMES",
@@ -53,6 +56,14 @@ __all__ = [
     "rtn_floor",
     "rtn_floor_limit",
     "rtn_stall_threshold",
+    # precision against horizon (Tang, Li, Zou; ecosim.horizon)
+    "ERROR_ORDERS",
+    "relative_error",
+    "error_terms",
+    "moment_condition",
+    "horizon_bound",
+    "required_mantissa",
+    "theory_slope",
 ]
 
 

@@ -6,7 +6,7 @@ Floating-point Quantization", arXiv 2510.21314) models every quantized buffer by
 error ``|Q(x) - x| <= 2**-M |x|`` with a wide exponent, and asks which of the weights,
 gradients, first and second moments tolerate which mantissa width ``M``. This experiment
 measures it with real rounding onto ``custom(8, M)`` (float32's exponent range, ``M``
-mantissa bits; a plain cast, no scales) for ``M`` in {23, 10, 7, 5, 3, 2, 1}, one buffer at a
+mantissa bits; a plain cast, no scales) for ``M`` in {23, 10, 7, 5, 4, 3, 2, 1}, one buffer at a
 time and all together:
 
 ``weights``
@@ -55,7 +55,7 @@ class MantissaSweepConfig(lp.OptimizerConfig):
     problems: tuple[str, ...] = lp.PROBLEMS
     optimizers: tuple[str, ...] = _OPTIMIZERS
     components: tuple[str, ...] = COMPONENTS
-    mantissas: tuple[int, ...] = (23, 10, 7, 5, 3, 2, 1)
+    mantissas: tuple[int, ...] = (23, 10, 7, 5, 4, 3, 2, 1)
     mode: Literal["rtn", "sr"] = "rtn"
     rosen_rows: int = 4
     rosen_cols: int = 4
