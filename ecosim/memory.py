@@ -427,6 +427,10 @@ def markdown_table(block: int = 2048) -> str:
         ("AdamW, ECO, FP8 weights, FP8 m, BF16 v", "adamw", "eco", "e4m3",
          {"m": "e4m3", "v": "bf16"}),
         ("AdamW, ECO, INT4 weights", "adamw", "eco", "int4", None),
+        ("AdamW, DQT, INT8 weights (no master)", "adamw", "naive", "int8", None),
+        ("AdamW, DQT, ternary weights (no master)", "adamw", "naive", "ternary", None),
+        ("AdamW, DQT, INT8 weights, BF16 m and v", "adamw", "naive", "int8",
+         {"m": "bf16", "v": "bf16"}),
         ("SGDM, FP32 master weights", "sgdm", "master", "e4m3", None),
         ("SGDM, ECO, FP8 weights", "sgdm", "eco", "e4m3", None),
     ]

@@ -6,6 +6,7 @@ See :mod:`ecosim.problems.base` for the protocol (``init``, ``loss``, ``grad``, 
 from .base import Problem, keyed_rng
 from .mlp import MLP, DataBatch, ParamInfo
 from .quadratic import NoiseBatch, Quadratic
+from .quantized import QuantizedForward, bitnet_quantizers
 from .rosenbrock import Rosenbrock
 
 __all__ = [
@@ -15,6 +16,8 @@ __all__ = [
     "ParamInfo",
     "Problem",
     "Quadratic",
+    "QuantizedForward",
     "Rosenbrock",
+    "bitnet_quantizers",
     "keyed_rng",
 ]

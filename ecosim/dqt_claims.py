@@ -1,0 +1,310 @@
+"""DQT's four claims judged on the ``dqt`` experiment: outcomes, paired gaps, verdicts.
+
+The experiment (:mod:`ecosim.experiments.dqt`) trains every method on the same seeds. Here:
+
+* :func:`outcomes` classifies each run: ``"diverged"`` (stopped or ended above its initial
+  validation loss, as :func:`~ecosim.experiments.mlp_methods.run_training` flags it),
+  ``"stalled"`` (finished, but covered less than :data:`STALL_FRACTION` of the way from its
+  own initial validation loss down to FP32 AdamW's final loss on the same seed), else
+  ``"trained"``. Only trained runs enter a mean;
+  the others are counted.
+* :func:`paired_gap` is the mean over seeds of ``final(method) - final(base)`` on the seeds
+  where both trained, with a two-sided 95% Student-t interval (n - 1 degrees of freedom).
+* :func:`evaluate` states each claim of Zhao et al. (arXiv 2412.04787) with the number that
+  tests it and a verdict ``"holds"``, ``"partly"`` or ``"no"`` by a criterion fixed in the
+  constants below; :func:`claims_markdown` and :func:`gap_table_markdown` render them.
+
+The figures :mod:`ecosim.figures.dqt` only draw these numbers.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .claims import Claim, t_interval
+
+__all__ = ["STALL_FRACTION", "TOL_COMPETITIVE", "TOL_STATES", "MIN_KEPT", "MIN_KEPT_PARTLY",
+           "OUTCOMES", "outcomes", "paired_gap", "method_label", "summary", "evaluate",
+           "claims_markdown", "gap_table_markdown"]
+
+STALL_FRACTION = 0.5      # "stalled": less than half the way from its start to FP32's final
+TOL_COMPETITIVE = 0.05    # (2) "on par": gap to BitNet within 5% of BitNet's loss
+TOL_STATES = 0.02         # (3) "costs little": gap within 2% of DQT's FP32-state loss
+MIN_KEPT = 0.9            # (4) ternary inference keeps >= 90% of the loss reduction ...
+MIN_KEPT_PARTLY = 0.5     # ... partly when >= 50%
+OUTCOMES = ("trained", "stalled", "diverged")
+LEVEL = 0.95
+
+_BITS_LABEL = {"ternary": "ternary", "int2": "INT2", "int4": "INT4", "int8": "INT8"}
+
+
+def method_label(method: str) -> str:
+    """A readable label of a method name of :func:`ecosim.experiments.dqt.methods`."""
+    if method == "fp32":
+        return "AdamW FP32"
+    if method == "bitnet":
+        return "BitNet b1.58 (FP32 master, STE)"
+    parts = method.split("_")
+    if len(parts) < 3 or parts[0] not in ("dqt", "eco") or parts[1] not in _BITS_LABEL:
+        raise ValueError(f"unknown DQT experiment method {method!r}")
+    name = "DQT" if parts[0] == "dqt" else "ECO"
+    text = f"{name} {_BITS_LABEL[parts[1]]} {parts[2].upper()}"
+    rest = parts[3:]
+    if rest == ["ternary", "inference"]:
+        return text + ", run ternary"
+    if rest == ["absmax"]:
+        return text + ", absmax scale"
+    if rest:
+        return text + f", m,v {rest[0].upper()}"
+    return text
+
+
+def _rows(run, method: str) -> np.ndarray:
+    rows = np.flatnonzero(run["unit_method"] == method)
+    if rows.size == 0:
+        raise KeyError(f"the dqt run has no method {method!r}")
+    return rows[np.argsort(run["unit_seed"][rows], kind="stable")]
+
+
+def outcomes(run) -> np.ndarray:
+    """The outcome (:data:`OUTCOMES`) of every unit of the run, in unit order."""
+    final, init = run["final_val_loss"], run["init_val_loss"]
+    ref = {int(run["unit_seed"][i]): i for i in _rows(run, "fp32")}
+    out = []
+    for i in range(len(final)):
+        if bool(run["diverged"][i]) or not math.isfinite(float(final[i])):
+            out.append("diverged")
+            continue
+        j = ref.get(int(run["unit_seed"][i]))
+        if j is None or bool(run["diverged"][j]):
+            raise ValueError(f"seed {int(run['unit_seed'][i])}: no trained FP32 reference run")
+        need = STALL_FRACTION * (float(init[i]) - float(final[j]))
+        out.append("trained" if float(init[i]) - float(final[i]) >= need else "stalled")
+    return np.array(out)
+
+
+def _interval(x: np.ndarray) -> dict:
+    """Mean, standard error, 95% t-interval of a sample (:func:`ecosim.claims.t_interval`)."""
+    return t_interval(x, LEVEL)
+
+
+def paired_gap(run, method: str, base: str, *, value: str = "final_val_loss",
+               base_value: str | None = None, accept: tuple[str, ...] = ("trained",)) -> dict:
+    """``value(method) - base_value(base)`` over the seeds where both runs trained.
+
+    ``accept`` widens the outcomes of ``method``'s runs that are paired (e.g. ``("trained",
+    "stalled")`` for a model evaluated differently from how it trained); ``base``'s runs must
+    have trained.
+
+    Returns:
+        ``{"n", "mean", "se", "lo", "hi", "gaps", "seeds"}``: n pairs, their mean, standard
+        error and 95% t-interval ``[lo, hi]`` (NaN below 2 pairs), and the pairs' gaps.
+    """
+    oc = outcomes(run)
+    rows, brows = _rows(run, method), _rows(run, base)
+    bmap = {int(run["unit_seed"][j]): j for j in brows}
+    base_value = base_value or value
+    gaps, seeds = [], []
+    for i in rows:
+        s = int(run["unit_seed"][i])
+        j = bmap.get(s)
+        if j is not None and oc[i] in accept and oc[j] == "trained":
+            gaps.append(float(run[value][i]) - float(run[base_value][j]))
+            seeds.append(s)
+    gaps = np.array(gaps)
+    return {**_interval(gaps), "gaps": gaps, "seeds": np.array(seeds, np.int64)}
+
+
+def summary(run) -> list[dict]:
+    """Per method, in run order: label, outcome counts, mean final loss of the trained runs,
+    the paired gap to FP32 (:func:`paired_gap`) and the static bytes per parameter."""
+    oc = outcomes(run)
+    out = []
+    for m in dict.fromkeys(run["unit_method"].tolist()):
+        rows = _rows(run, m)
+        trained = rows[oc[rows] == "trained"]
+        f = run["final_val_loss"][trained]
+        out.append({"method": m, "label": method_label(m), "n": int(rows.size),
+                    **{k: int(np.sum(oc[rows] == k)) for k in OUTCOMES},
+                    "mean": float(f.mean()) if f.size else math.nan,
+                    "gap": paired_gap(run, m, "fp32"),
+                    "bytes": float(run["bytes_per_param"][rows[0]])})
+    return out
+
+
+# -- the claims ----------------------------------------------------------------------------------
+
+def _ci(d: dict) -> str:
+    """``mean [lo, hi] (n=N)``, or what is missing."""
+    if d["n"] < 2:
+        return f"n={d['n']} (no interval)"
+    return f"{d['mean']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}] (n={d['n']})"
+
+
+def _counts(run, method: str) -> str:
+    oc = outcomes(run)[_rows(run, method)]
+    parts = [f"{int(np.sum(oc == k))} {k}" for k in OUTCOMES if np.any(oc == k)]
+    return ", ".join(parts)
+
+
+def _verdict(flags) -> str:
+    flags = [bool(f) for f in flags]
+    return "holds" if all(flags) else ("partly" if any(flags) else "no")
+
+
+def _claim_converges(run, cfg) -> Claim:
+    oc = outcomes(run)
+    parts, flags, pts = [], [], []
+    for b in cfg.bits:
+        m = f"dqt_{b}_sr"
+        rows = _rows(run, m)
+        ok = bool(np.all(oc[rows] == "trained"))
+        flags.append(ok)
+        gap = paired_gap(run, m, "fp32")
+        parts.append(f"{_BITS_LABEL[b]}: {_counts(run, m)}; gap to FP32 {_ci(gap)}")
+        pts.append((method_label(m), gap["mean"], gap["lo"], gap["hi"]))
+    return Claim(
+        1, "Training directly on ternary or n-bit weights with SR converges",
+        "DQT (no master copy, SR onto the previous step's grid) trains LLaMA-style models even "
+        "with ternary weights",
+        "final validation loss of DQT+SR minus FP32 AdamW, paired by seed, mean [95% "
+        "t-interval]: " + "; ".join(parts),
+        _verdict(flags),
+        f"every seed of every grid trained (did not diverge, and covered at least "
+        f"{100 * STALL_FRACTION:g}% of the way from its initial loss to FP32's final loss): "
+        f"{sum(flags)}/{len(flags)} grids "
+        "(holds: all; partly: some)",
+        pts)
+
+
+def _claim_bitnet(run, cfg) -> Claim:
+    m = f"dqt_{cfg.states_bits}_sr"
+    gap = paired_gap(run, m, "bitnet")
+    bn = run["final_val_loss"][_rows(run, "bitnet")][outcomes(run)[_rows(run, "bitnet")]
+                                                       == "trained"]
+    tol = TOL_COMPETITIVE * float(bn.mean()) if bn.size else math.nan
+    if gap["n"] >= 2 and gap["hi"] <= tol:
+        verdict = "holds"
+    elif gap["n"] >= 1 and gap["mean"] <= tol:
+        verdict = "partly"
+    else:
+        verdict = "no"
+    fp = paired_gap(run, "bitnet", "fp32")
+    return Claim(
+        2, f"{_BITS_LABEL[cfg.states_bits]} DQT is competitive with BitNet b1.58",
+        "8-bit DQT reaches BitNet b1.58's loss (first version: within 5%)",
+        f"DQT {_BITS_LABEL[cfg.states_bits]} SR minus BitNet b1.58: {_ci(gap)}; BitNet minus "
+        f"FP32: {_ci(fp)}; BitNet {_counts(run, 'bitnet')}, DQT {_counts(run, m)}",
+        verdict,
+        f"upper end of the interval ≤ {100 * TOL_COMPETITIVE:g}% of BitNet's loss "
+        f"(= {tol:.4f}) (holds); the mean within it (partly)",
+        [(f"{method_label(m)} − BitNet", gap["mean"], gap["lo"], gap["hi"])])
+
+
+def _claim_states(run, cfg) -> Claim:
+    base = f"dqt_{cfg.states_bits}_sr"
+    oc = outcomes(run)
+    br = _rows(run, base)
+    ref = run["final_val_loss"][br][oc[br] == "trained"]
+    tol = TOL_STATES * float(ref.mean()) if ref.size else math.nan
+    parts, flags, pts = [], [], []
+    for f in cfg.state_formats:
+        m = f"{base}_{f}"
+        gap = paired_gap(run, m, base)
+        rows = _rows(run, m)
+        ok = bool(np.all(oc[rows] == "trained")) and gap["n"] >= 2 and gap["hi"] <= tol
+        flags.append(ok)
+        parts.append(f"m,v {f.upper()}: {_ci(gap)}, {_counts(run, m)}")
+        pts.append((f"m,v {f.upper()} − FP32 states", gap["mean"], gap["lo"], gap["hi"]))
+    return Claim(
+        3, "Optimizer states in BF16/FP8 instead of FP32 cost little",
+        "moving DQT from FP32 to BF16 or FP8 environments degrades the loss only slightly",
+        f"DQT {_BITS_LABEL[cfg.states_bits]} SR with both AdamW moments stored in the format "
+        "minus the same with FP32 moments: " + "; ".join(parts),
+        _verdict(flags),
+        f"all seeds trained and the interval's upper end ≤ {100 * TOL_STATES:g}% of the "
+        f"FP32-state loss (= {tol:.4f}): {sum(flags)}/{len(flags)} formats (holds: all; "
+        "partly: some)",
+        pts)
+
+
+def _claim_ternary_inference(run, cfg) -> Claim:
+    base = f"dqt_{cfg.states_bits}_sr"
+    m = f"{base}_ternary_inference"
+    oc = outcomes(run)
+    rows, brows = _rows(run, m), _rows(run, base)
+    bmap = {int(run["unit_seed"][j]): j for j in brows}
+    kept = []
+    for i in rows:
+        j = bmap.get(int(run["unit_seed"][i]))
+        if j is None or oc[j] != "trained" or not math.isfinite(run["final_val_loss"][i]):
+            continue
+        init, fin = float(run["init_val_loss"][j]), float(run["final_val_loss"][j])
+        kept.append((init - float(run["final_val_loss"][i])) / (init - fin))
+    k = _interval(np.array(kept))
+    if k["n"] >= 2 and k["lo"] >= MIN_KEPT:
+        verdict = "holds"
+    elif k["n"] >= 1 and k["mean"] >= MIN_KEPT_PARTLY:
+        verdict = "partly"
+    else:
+        verdict = "no"
+    # the re-quantized model is judged by its loss, whatever its outcome label
+    vs8 = paired_gap(run, m, base, accept=("trained", "stalled"))
+    vst = (paired_gap(run, m, "dqt_ternary_sr", accept=("trained", "stalled"))
+           if "dqt_ternary_sr" in run["unit_method"] else None)
+    kept_txt = (f"{k['mean']:.3f} [{k['lo']:.3f}, {k['hi']:.3f}] (n={k['n']})" if k["n"] >= 2
+                else f"n={k['n']}")
+    return Claim(
+        4, f"A model trained at {_BITS_LABEL[cfg.states_bits]} runs ternary at inference",
+        "the 8-bit DQT model keeps working when its weights are re-quantized to ternary",
+        f"fraction of the {_BITS_LABEL[cfg.states_bits]} model's loss reduction kept when every "
+        f"weight matrix is re-quantized to absmean ternary: {kept_txt}; loss gap to the "
+        f"{_BITS_LABEL[cfg.states_bits]} model {_ci(vs8)}"
+        + (f"; to DQT trained ternary {_ci(vst)}" if vst is not None else ""),
+        verdict,
+        f"interval's lower end ≥ {MIN_KEPT:g} (holds); mean ≥ {MIN_KEPT_PARTLY:g} (partly)",
+        [("kept fraction of the loss reduction", k["mean"], k["lo"], k["hi"])])
+
+
+def evaluate(run) -> list[Claim]:
+    """The four claims of the DQT paper, in its order, judged on a ``dqt`` run."""
+    cfg = run.config
+    return [_claim_converges(run, cfg), _claim_bitnet(run, cfg), _claim_states(run, cfg),
+            _claim_ternary_inference(run, cfg)]
+
+
+def claims_markdown(items: list[Claim]) -> str:
+    """The claims as a markdown table (the README quotes it)."""
+    header = ("claim (Zhao et al., arXiv 2412.04787)", "paper", "measured here", "verdict")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for c in items:
+        cells = c.row()
+        if any("|" in x or "\n" in x for x in cells):
+            raise ValueError(f"claim {c.number}: a cell may not hold '|' or a newline")
+        lines.append("| " + " | ".join(cells) + " |")
+    n = {v: sum(c.verdict == v for c in items) for v in ("holds", "partly", "no")}
+    lines += ["", f"{n['holds']} of {len(items)} claims hold, {n['partly']} partly, {n['no']} "
+              "not (criteria in the last column)."]
+    return "\n".join(lines)
+
+
+def gap_table_markdown(run) -> str:
+    """Per method: outcomes, mean final loss, paired gap to FP32 with its interval, bytes."""
+    cfg = run.config
+    lines = [f"| method | trained / stalled / diverged | final val loss (trained) | "
+             f"gap to FP32, mean [95% t-interval] | bytes/param |", "|---|---|---|---|---|"]
+    for r in summary(run):
+        g = r["gap"]
+        gap = (f"{g['mean']:+.4f} [{g['lo']:+.4f}, {g['hi']:+.4f}]" if g["n"] >= 2 else
+               ("—" if r["method"] == "fp32" else f"n={g['n']}"))
+        if r["method"] == "fp32":
+            gap = "0 (reference)"
+        mean = f"{r['mean']:.4f}" if math.isfinite(r["mean"]) else "—"
+        lines.append(f"| {r['label']} | {r['trained']} / {r['stalled']} / {r['diverged']} | "
+                     f"{mean} | {gap} | {r['bytes']:g} |")
+    lines += ["", f"MLP 8-{cfg.width}x{cfg.depth}-2, {cfg.steps} steps, {cfg.seeds} seeds "
+              "paired by seed (initial weights, batch order, SR draws); a gap averages only "
+              "the seeds where both runs trained. Bytes/param: static memory of weights and "
+              "AdamW moments, every parameter in the weight format, scales left out."]
+    return "\n".join(lines)
