@@ -11,8 +11,8 @@ between optimizer steps, per parameter:
   policy leaves unquantized;
 * the optimizer states ``m`` (and ``v`` for AdamW; for Muon ``v`` only of the parameters it
   updates with AdamW), in their storage formats;
-* the scheme's extra buffers: ``e_prev`` (``"eco_exact"``, full precision) and the Kahan
-  compensation ``c`` (weight format, its own scales).
+* the scheme's extra buffers: ``e_prev`` (``"eco_exact"``, ``"eco_momentum_exact"``, full
+  precision) and the Kahan compensation ``c`` (weight format, its own scales).
 
 The master copy is counted in its own format when ``states["master"]`` gives one (e.g. 2
 bytes for a bfloat16 master). Gradients (``states["g"]``) and activations are transient and
@@ -150,7 +150,8 @@ def _as_quantizer(spec: Any) -> Quantizer | None:
 def _layout(scheme: str, optimizer: str) -> tuple[str, ...]:
     """The buffers of the formula (Muon: every parameter a matrix, so no ``v``)."""
     bufs = ["m", "v"] if optimizer == "adamw" else ["m"]
-    extra = {"master": "master", "eco_exact": "e_prev", "kahan": "c"}.get(scheme)
+    extra = {"master": "master", "eco_exact": "e_prev", "eco_momentum_exact": "e_prev",
+             "kahan": "c"}.get(scheme)
     return tuple(bufs + ([extra] if extra else []))
 
 

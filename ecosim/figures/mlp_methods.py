@@ -106,7 +106,10 @@ its initial value: the run stops there). With FP8, ECO+SR follows the master-wei
 naive+SR ends slightly above them, ECO+RTN further above and noisier, and naive+RTN stalls far
 above (its small updates round away). On INT4's coarse tensor-wise grid the gaps widen:
 naive+SR is clearly worse than ECO+SR, which stays with master+SR, master+RTN is the best of
-the INT4 runs, and ECO+RTN diverges on every seed.
+the INT4 runs, and ECO+RTN diverges on every seed. The grid alone does not explain that
+(master+RTN trains on it): AdamW's denominator shrinks on dead ReLU units, the error ECO keeps
+in the momentum then drives those weights until they set the tensor's absmax scale, and the
+coarser grid's error is injected in turn (figure eco_adam_breakdown).
 """
 
 

@@ -2,7 +2,8 @@
 
 Public names:
     sgdm, adamw: the factories of :class:`SGDM` and :class:`AdamW`, each with a weight-update
-        scheme among ``SCHEMES`` ("fp", "master", "naive", "eco", "eco_exact", "kahan").
+        scheme among ``SCHEMES`` ("fp", "master", "naive", "eco", "eco_exact", "kahan"; AdamW's
+        ``ADAMW_SCHEMES`` add "eco_momentum_exact").
     muon: the factory of :class:`Muon` (Newton-Schulz orthogonalised momentum for matrices,
         AdamW for the rest; its ``"eco"`` is experimental), and :func:`newton_schulz`.
     dqt: DQT (SR onto the previous step's integer/ternary grid) as a named configuration.
@@ -12,8 +13,8 @@ Public names:
         as_schedule.
 """
 from .adamw import AdamW, AdamWState, adamw
-from .base import (SCHEMES, NonFiniteGradient, QuantizedOptimizer, compensation_quantizer,
-                   on_grid, state_quantizer)
+from .base import (ADAMW_SCHEMES, SCHEMES, NonFiniteGradient, QuantizedOptimizer,
+                   compensation_quantizer, on_grid, state_quantizer)
 from .dqt import dqt, dqt_quantizers
 from .muon import NS_COEFFICIENTS, Muon, MuonState, muon, newton_schulz
 from .schedules import (
@@ -31,6 +32,7 @@ from .schedules import (
 from .sgdm import SGDM, SGDMState, sgdm
 
 __all__ = [
+    "ADAMW_SCHEMES",
     "AdamW",
     "AdamWState",
     "Constant",

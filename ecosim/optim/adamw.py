@@ -1,4 +1,5 @@
-"""AdamW over quantized weights: fp, master, naive, ECO, exact error feedback and Kahan.
+"""AdamW over quantized weights: fp, master, naive, ECO (memory-free, momentum-exact), exact
+error feedback and Kahan.
 
 AdamW as in docs/theory.md §4.5 (bias-corrected, eps outside the square root, decoupled weight
 decay; Loshchilov and Hutter, arXiv 1711.05101), with ECO's injection (Nikdan et al.,
@@ -15,7 +16,11 @@ arXiv 2601.22101). Step ``t`` (0-based; the bias corrections use ``n = t + 1``),
     e = theta_tilde - theta_hat
 
     eco:       m += ((1 - b1**n) / lr) * (1 - 1/b1) * d * e   (element-wise; v unchanged),
-               times (1 - lr * wd) with wd_corrected_injection
+               times (1 - lr * wd) with wd_corrected_injection; with schedule_guard the
+               lr of the coefficient is L(t), the b1-weighted mean of the later lr (below)
+    eco_momentum_exact:
+               m += ((1 - b1**n) / lr) * (1 - lr * wd) * d * (e_prev - e / b1),  e_prev = e
+               (the first positive-lr step adds the initial error e_prev to base instead)
     eco_exact: e_prev = e        (exact error feedback: theta_hat + e_prev is the master)
     kahan:     c = q_c(e)
     master:    theta = theta_tilde
@@ -29,11 +34,38 @@ was given back by ``(1 - lr wd)``, which the optional correction anticipates by 
 Exact ECO for AdamW stores ``e_prev`` and adds it back to the weights (exact error
 feedback, docs/theory.md §4.4): ``theta_hat + e_prev`` equals the master weights, so the
 stored weights equal the master scheme's with the same keys (up to floating-point round-off).
+It removes every approximation of ECO at once, so it says nothing about which one costs.
+
+``eco_momentum_exact`` removes only the first: it stores ``e_prev`` and gives the error back
+*through the momentum*, as ECO does. Write ``s = lr / ((1 - b1**n) d)`` (the update is
+``s * m``) and ``c = 1 - lr wd``. If the momentum holds the offset ``k = -c e / (b1 s)`` at the
+end of a step, the next step's momentum update turns it into ``-c e / s`` and its update gives
+back exactly ``c e`` (the decay of ``e`` included), provided ``s`` and ``c`` did not change in
+between; adding ``+c e_prev / s`` then removes the offset that was consumed. Hence the
+injection ``(c / s) (e_prev - e / b1)``. ECO's memory-free rule is this with ``e_prev``
+replaced by ``e`` (and ``c`` by 1 unless ``wd_corrected_injection``): ``(1/s) (1 - 1/b1) e``.
+With ``lr``, ``d`` and the bias correction ``1 - b1**n`` constant, the stored weights equal the
+master scheme's (tests/test_optim.py); where they are not (every real run) the difference
+measures ECO's other approximations: ``d`` and ``lr`` at the step the error is consumed, not
+the step it was injected. The momentum holds no offset at the start (``state.pending``): the
+first step with ``lr > 0`` adds the initial rounding error ``e_prev`` to ``base``.
+
+Schedule guard (``schedule_guard=True``, scheme ``eco``). ECO's offset is consumed over every
+later step, the ``j``-th later one with weight ``b1**j lr(t + j)``; the memory-free
+coefficient assumes these rates all equal ``lr(t)``. After a few steps at a tiny rate, the
+injected ``e / lr(t)`` is consumed at the peak rate, which gives back ``lr_peak / lr(t)``
+times the error (docs/theory.md §4.5). The guard sizes the injection with ``L(t) =
+sum_j b1**j lr(t + j) / sum_j b1**j`` (``j = 1..H``, ``b1**H <= 1e-6``, ``H <= 2000``), so that
+the total given back is ``e`` whatever the schedule (``d`` and the bias correction still
+frozen). When every one of those rates equals ``lr(t)``, ``L(t) = lr(t)`` is used as is, so a
+constant rate gives ECO's results bit for bit; when all are 0 nothing is injected (no later
+step would give it back).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
@@ -42,6 +74,7 @@ import numpy as np
 from .._checks import check_bool
 from ..quantizer import Quantizer
 from .base import (
+    ADAMW_SCHEMES,
     QuantizedOptimizer,
     _check_beta,
     _check_real,
@@ -61,9 +94,12 @@ class AdamWState(NamedTuple):
         m, v: first and second moments (on the ``states`` grids when given).
         master: full-precision weights of the quantized parameters (scheme ``"master"``; on
             the ``states["master"]`` grid when given).
-        e_prev: last rounding error (scheme ``"eco_exact"``).
+        e_prev: last rounding error (schemes ``"eco_exact"``, ``"eco_momentum_exact"``).
         c: Kahan compensation on the compensation grid (scheme ``"kahan"``).
         key: root key of the SR draws.
+        pending: ``eco_momentum_exact`` only: True while the momentum holds no offset for
+            ``e_prev`` (before the first positive-lr step); that step adds ``e_prev`` to the
+            weights directly.
     """
 
     step: int
@@ -73,6 +109,7 @@ class AdamWState(NamedTuple):
     e_prev: Any
     c: Any
     key: int
+    pending: bool = False
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -90,17 +127,20 @@ class AdamW(QuantizedOptimizer):
     wd_corrected_injection: bool = False
     init_weights: Quantizer | Mapping | None = None
     prev_scale: bool = False
+    schedule_guard: bool = False
 
     name = "adamw"
+    schemes = ADAMW_SCHEMES
     State = AdamWState
     buffers = ("m", "v", "master", "e_prev", "c")
     _moment_names = ("m", "v")
 
     def __post_init__(self):
         set_ = object.__setattr__
-        set_(self, "weights", _resolve_weights(self.weights, self.scheme))
+        set_(self, "weights", _resolve_weights(self.weights, self.scheme, self.schemes))
         if self.init_weights is not None:
-            set_(self, "init_weights", _resolve_weights(self.init_weights, self.scheme))
+            set_(self, "init_weights",
+                 _resolve_weights(self.init_weights, self.scheme, self.schemes))
         set_(self, "lr", _make_schedule(self.lr, self.scheme))
         set_(self, "b1", _check_beta(self.b1, "b1", self.scheme))
         set_(self, "b2", _check_beta(self.b2, "b2", "fp"))
@@ -115,6 +155,10 @@ class AdamW(QuantizedOptimizer):
         set_(self, "wd_corrected_injection",
              check_bool(self.wd_corrected_injection, "wd_corrected_injection"))
         set_(self, "prev_scale", check_bool(self.prev_scale, "prev_scale"))
+        set_(self, "schedule_guard", check_bool(self.schedule_guard, "schedule_guard"))
+        if self.schedule_guard and self.scheme != "eco":
+            raise ValueError(f"schedule_guard sizes ECO's memory-free injection: it needs "
+                             f"scheme='eco', got scheme={self.scheme!r}")
         set_(self, "states", resolve_states(self.states, ("m", "v"), self.scheme))
 
     def _init_param(self, name, p, w, q, ctx) -> dict:
@@ -122,7 +166,7 @@ class AdamW(QuantizedOptimizer):
         scheme = self.scheme_of(name)
         if scheme == "master":
             out["master"] = p
-        elif scheme == "eco_exact":
+        elif scheme in ("eco_exact", "eco_momentum_exact"):
             out["e_prev"] = p - w
         elif scheme == "kahan":
             out["c"] = self._qcomp(q, p - w, ctx.key, "init", name, "c")
@@ -156,7 +200,7 @@ class AdamW(QuantizedOptimizer):
         tt *= lr / bc1  # (lr / (1 - b1^n)) * m / d
         if scheme == "master":
             base = b["master"]
-        elif scheme == "eco_exact":
+        elif scheme == "eco_exact" or (scheme == "eco_momentum_exact" and ctx.pending):
             base = w + b["e_prev"]
         elif scheme == "kahan":
             base = w + b["c"]
@@ -170,21 +214,52 @@ class AdamW(QuantizedOptimizer):
         if e is None:
             return new_w, out
         if scheme == "eco":
-            coef = (bc1 / lr) * (1.0 - 1.0 / b1)
+            lr_inj = self._injection_lr(ctx) if self.schedule_guard else lr
+            if lr_inj == 0.0:  # no later step writes: nothing would give it back
+                return new_w, out
+            coef = (bc1 / lr_inj) * (1.0 - 1.0 / b1)
             if self.wd_corrected_injection:
                 coef *= decay
             d *= coef
             d *= e
             out["m"] = self._inject(m, d, ctx, name)
+        elif scheme == "eco_momentum_exact":
+            k = np.multiply(e, -1.0 / b1)  # the offset (c / s) (e_prev - e / b1)
+            if not ctx.pending:
+                k += b["e_prev"]
+            d *= (bc1 / lr) * decay
+            k *= d
+            out["m"] = self._inject(m, k, ctx, name)
+            out["e_prev"] = e
         elif scheme == "eco_exact":
             out["e_prev"] = e
         return new_w, out
+
+    # -- eco_momentum_exact's pending error and the schedule guard ------------------------
+    def _init_pending(self, lr0: float | None) -> bool:
+        return self.scheme == "eco_momentum_exact"
+
+    def _next_pending(self, ctx) -> bool:
+        return self.scheme == "eco_momentum_exact" and ctx.pending and ctx.lr == 0.0
+
+    def _injection_lr(self, ctx) -> float:
+        """The guard's ``L(t)``: the ``b1``-weighted mean of ``lr(t + 1 .. t + H)`` (see the
+        module docstring), computed once per step; ``lr(t)`` itself when they all equal it."""
+        if ctx.lr_inject is None:
+            horizon = min(2000, max(1, math.ceil(math.log(1e-6) / math.log(self.b1))))
+            rates = [self.lr_at(ctx.t + j) for j in range(1, horizon + 1)]
+            if all(r == ctx.lr for r in rates):
+                ctx.lr_inject = ctx.lr
+            else:
+                w = self.b1 ** np.arange(1, horizon + 1, dtype=np.float64)
+                ctx.lr_inject = float(np.dot(w, rates) / w.sum())
+        return ctx.lr_inject
 
 
 def adamw(lr: float | Callable[[int], float], b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, weight_decay: float = 0.0, *, scheme: str = "eco",
           weights: Quantizer | Mapping | None = None, states: Mapping | None = None,
-          wd_corrected_injection: bool = False) -> AdamW:
+          wd_corrected_injection: bool = False, schedule_guard: bool = False) -> AdamW:
     """AdamW whose stored weights are quantized, with a weight-update scheme.
 
     Update of step ``t`` (``n = t + 1``, ``lr = lr(t)``, ``g`` the gradient at the stored
@@ -199,6 +274,7 @@ def adamw(lr: float | Callable[[int], float], b1: float = 0.9, b2: float = 0.999
         theta_hat = q(theta_tilde)           # the weight write: the only rounding of weights
         e = theta_tilde - theta_hat
         eco:       m += ((1 - b1**n) / lr) * (1 - 1/b1) * d * e    # [* (1 - lr wd)]
+        eco_momentum_exact: m += ((1 - b1**n) / lr) (1 - lr wd) d (e_prev - e / b1); e_prev = e
         eco_exact: e_prev = e
         kahan:     c = q_c(e)
         master:    theta = theta_tilde
@@ -215,13 +291,17 @@ def adamw(lr: float | Callable[[int], float], b1: float = 0.9, b2: float = 0.999
         b1, b2: moment coefficients in [0, 1); ``b1`` in (0, 1) for ``eco``/``eco_exact``.
         eps: added to the root of the second moment, > 0.
         weight_decay: decoupled weight decay ``wd`` (multiplies the weights by ``1 - lr wd``).
-        scheme: ``"fp"``, ``"master"``, ``"naive"``, ``"eco"``, ``"eco_exact"``, ``"kahan"``.
+        scheme: ``"fp"``, ``"master"``, ``"naive"``, ``"eco"``, ``"eco_exact"``, ``"kahan"``,
+            ``"eco_momentum_exact"`` (AdamW only; see :mod:`ecosim.optim.adamw`).
         weights: a :class:`~ecosim.Quantizer`, or a dict name -> Quantizer or None (None or
             absent: the parameter stays in full precision); None exactly for ``"fp"``.
         states: per-buffer quantization points ``{"g": ..., "m": ..., "v": ...,
             "master": ...}``: Quantizers, format names or ``(format, mode)`` pairs (see
             :func:`~ecosim.optim.base.state_quantizer`).
         wd_corrected_injection: multiply ECO's coefficient by ``(1 - lr wd)``.
+        schedule_guard: size ECO's injection with the ``b1``-weighted mean of the later
+            learning rates instead of ``lr(t)`` (scheme ``"eco"``; identical results at a
+            constant rate; protects warm-ups that start from a tiny rate).
 
     Returns:
         An :class:`AdamW` with pure ``init(params, key)`` and ``step(params, grads, state)``.
@@ -243,4 +323,4 @@ def adamw(lr: float | Callable[[int], float], b1: float = 0.9, b2: float = 0.999
     """
     return AdamW(lr=lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, scheme=scheme,
                  weights=weights, states=states or {},
-                 wd_corrected_injection=wd_corrected_injection)
+                 wd_corrected_injection=wd_corrected_injection, schedule_guard=schedule_guard)

@@ -23,6 +23,9 @@ without Full-Precision Master Weights", arXiv 2601.22101):
 ``"eco_exact"``
     keeps the previous error ``e_prev`` and injects it exactly: the implicit master
     ``theta_hat + e`` follows the master-weight trajectory (the reference ECO approximates).
+``"eco_momentum_exact"``
+    AdamW only: keeps ``e_prev`` and moves it through the momentum sized with the current
+    ``d`` (see :mod:`ecosim.optim.adamw`); isolates ECO's ``e_prev ~ e`` approximation.
 ``"kahan"``
     Kahan-compensated weight update with a compensation buffer ``c`` stored in the weight format
     (Zamirai et al., "Revisiting BFloat16 Training", arXiv 2010.06192): ``theta_tilde`` is
@@ -69,11 +72,12 @@ from .. import rng
 from .._checks import NonFiniteGradient, check_bool, native
 from ..quantizer import Quantizer
 from ..rounding import quantize
-from .policies import (SCHEMES, _check_beta, _check_real, _make_schedule,  # noqa: F401
-                       _resolve_weights, compensation_quantizer, on_grid, resolve_states,
-                       state_quantizer, weights_dict)
+from .policies import (ADAMW_SCHEMES, SCHEMES, _check_beta, _check_real,  # noqa: F401
+                       _make_schedule, _resolve_weights, compensation_quantizer, on_grid,
+                       resolve_states, state_quantizer, weights_dict)
 
 __all__ = [
+    "ADAMW_SCHEMES",
     "SCHEMES",
     "NonFiniteGradient",
     "QuantizedOptimizer",
@@ -180,6 +184,7 @@ class _Ctx:
     key: int
     pending: bool
     diag: _Diag | None
+    lr_inject: float | None = None  # AdamW's schedule guard: the lr ECO's injection is sized by
 
 
 # -- the optimizer base -----------------------------------------------------------------------
@@ -200,7 +205,8 @@ class QuantizedOptimizer:
     name: str = ""
     State: type = tuple
     buffers: tuple[str, ...] = ()
-    _scheme_buffers = {"master": ("master",), "eco_exact": ("e_prev",), "kahan": ("c",)}
+    _scheme_buffers = {"master": ("master",), "eco_exact": ("e_prev",), "kahan": ("c",),
+                       "eco_momentum_exact": ("e_prev",)}
 
     # fields provided by the dataclass subclasses
     lr: Callable[[int], float]
@@ -335,7 +341,7 @@ class QuantizedOptimizer:
         self._check_policy_names(P, bare)
         lr0 = self.lr_at(0) if self.scheme == "eco_exact" else None
         ctx = _Ctx(0, lr0 if lr0 is not None else 0.0, None, key,
-                   pending=(self.scheme == "eco_exact" and lr0 == 0.0), diag=None)
+                   pending=self._init_pending(lr0), diag=None)
         out_p: dict[str, np.ndarray] = {}
         bufs: dict[str, dict[str, np.ndarray]] = {b: {} for b in self.buffers}
         for name, p in P.items():
@@ -427,6 +433,10 @@ class QuantizedOptimizer:
         if diagnostics:
             return new_params, new_state, ctx.diag.result(lr, bare)
         return new_params, new_state
+
+    def _init_pending(self, lr0: float | None) -> bool:
+        """Whether the initial state's error is pending (kept out of the momentum)."""
+        return self.scheme == "eco_exact" and lr0 == 0.0
 
     def _next_pending(self, ctx: _Ctx) -> bool:
         return False

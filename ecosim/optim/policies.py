@@ -23,6 +23,7 @@ from ..rounding import quantize
 from .schedules import as_schedule
 
 __all__ = [
+    "ADAMW_SCHEMES",
     "SCHEMES",
     "compensation_quantizer",
     "on_grid",
@@ -31,7 +32,12 @@ __all__ = [
     "weights_dict",
 ]
 
+#: the schemes every optimizer implements
 SCHEMES = ("fp", "master", "naive", "eco", "eco_exact", "kahan")
+#: AdamW's: SCHEMES and the momentum-exact ECO (:mod:`ecosim.optim.adamw`)
+ADAMW_SCHEMES = SCHEMES + ("eco_momentum_exact",)
+#: the schemes whose momentum carries the rounding error (beta in (0, 1) and lr > 0 needed)
+ECO_SCHEMES = ("eco", "eco_exact", "eco_momentum_exact")
 
 
 # -- policies ---------------------------------------------------------------------------------
@@ -103,9 +109,10 @@ def on_grid(q: Quantizer, x: np.ndarray, *, scales: np.ndarray | None = None) ->
     return bool(np.array_equal(y, x))
 
 
-def _resolve_weights(weights: Any, scheme: str) -> Quantizer | Mapping | None:
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+def _resolve_weights(weights: Any, scheme: str,
+                     schemes: tuple[str, ...] = SCHEMES) -> Quantizer | Mapping | None:
+    if scheme not in schemes:
+        raise ValueError(f"scheme must be one of {schemes}, got {scheme!r}")
     if weights is None:
         if scheme != "fp":
             raise ValueError(f"scheme {scheme!r} needs weights=: a Quantizer, or a dict "
@@ -171,7 +178,7 @@ def _check_real(value: Any, name: str) -> float:
 def _check_beta(value: Any, name: str, scheme: str) -> float:
     """beta in [0, 1); ECO's coefficient needs beta in (0, 1)."""
     value = _check_real(value, name)
-    if scheme in ("eco", "eco_exact"):
+    if scheme in ECO_SCHEMES:
         if not 0.0 < value < 1.0:
             raise ValueError(f"scheme {scheme!r} needs {name} in (0, 1), got {value!r}: the "
                              f"injection coefficient (1/lr)(1 - 1/{name}) is undefined at 0")
@@ -183,7 +190,7 @@ def _check_beta(value: Any, name: str, scheme: str) -> float:
 def _make_schedule(lr: Any, scheme: str) -> Callable[[int], float]:
     if not callable(lr):
         value = _check_real(lr, "lr")
-        if value <= 0 and scheme in ("eco", "eco_exact"):
+        if value <= 0 and scheme in ECO_SCHEMES:
             raise ValueError(f"scheme {scheme!r} needs lr > 0, got {value!r}: the injection "
                              "coefficient (1/lr)(1 - 1/beta) is undefined")
     return as_schedule(lr)
