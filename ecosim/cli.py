@@ -1,8 +1,8 @@
 """The ``ecosim`` command: ``figures``, ``list``, ``run``.
 
-    ecosim figures [--smoke] [--only NAME ...] [--out DIR] [--executor SPEC] [--cache DIR]
+    ecosim figures [--smoke] [--only NAME ...] [--out DIR] [--executor WHERE] [--cache DIR]
     ecosim list
-    ecosim run EXPERIMENT [--set key=value ...] [--smoke] [--executor SPEC] [--cache DIR]
+    ecosim run EXPERIMENT [--set key=value ...] [--smoke] [--executor WHERE] [--cache DIR]
                [--save F]
 
 ``--executor`` runs the experiment units ``inline`` (in-process, the default), on ``local:N``
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--smoke", action="store_true",
                        help="shrunken experiments (seconds, for tests and checks)")
-        p.add_argument("--executor", metavar="SPEC", default=None,
+        p.add_argument("--executor", metavar="WHERE", default=None,
                        help="where experiment units run: inline (default), local:N (N worker "
                             "processes), dask://HOST:PORT (a Dask scheduler; needs the cluster "
                             "extra and ecosim at this revision on the workers) or "
