@@ -11,7 +11,9 @@ non-embedding parameters, counted as :func:`ecosim.torch.model.param_counts` doe
 of 16 sequences of 64 bytes (665,600 training tokens: 20.2 per non-embedding parameter), every
 Table 1 method and FP32, 3 seeds paired by seed (seed ``s`` fixes the init, the data order and
 the SR keys of every method alike), validation on 16 batches every 65 steps. It costs about
-700 CPU-seconds (24 runs of 25-35 s on one thread). Larger presets run with
+870 CPU-seconds (24 runs of 30-40 CPU-s on one thread, measured on the shared 2-core machine
+under load; the previous default, ``tiny`` 400 steps x 3 seeds and ``small`` 100 steps, cost
+about 2000). Larger presets run with
 ``python -m ecosim.torch.lm`` (see the README's LM section for ``tiny`` at 2100 steps) and
 are plotted from their results file with
 ``ecosim figures --only lm_table lm_pareto --set lm.results_file=FILE``.

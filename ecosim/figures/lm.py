@@ -330,7 +330,7 @@ def lm_table(lm):
     if fin.size and top:
         ax.set_ylim(float(fin.min()) * 0.97, min(top, 3 * float(fin.max())) * 1.02)
     nseeds = len({int(x) for x in r["seed"][col == big]})
-    style.panel_title(ax, "a", f"preset {_name(cols[big])}: training loss, validation (markers)"
+    style.panel_title(ax, "a", f"{_name(cols[big])}: train loss, val. (markers)"
                       + (f", mean of {nseeds} seeds" if nseeds > 1 else ""))
     tables = {"final": {k: np.array(v) for k, v in finals.items()}}
     if curves["step"]:
