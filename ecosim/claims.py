@@ -607,12 +607,14 @@ def lm_orderings(r, group=None, orderings=LM_ORDERINGS, base: str = LM_BASE) -> 
     where both trained) lies below 0 and is ``reversed`` when it lies above; with every run of
     A trained and every run of B stalled or diverged it holds by outcome (and the other way
     round is reversed). ``A ~ B`` holds when the interval lies within +-:data:`EQUIV_MARGIN`
-    and ``does not hold`` when it lies outside. Anything else (an interval across the bound,
+    and ``does not hold`` when it lies outside, or when every run of one of them failed and
+    every run of the other trained. Anything else (an interval across the bound,
     fewer than two pairs) is ``not resolved``.
 
     Returns:
         One dict per (group, ordering): ``group``, ``a``, ``rel``, ``b``, ``paper``,
-        ``verdict``, ``how`` (``"interval"`` or ``"outcome"``) and ``diff``
+        ``verdict``, ``how`` (``"interval"`` or ``"outcome"``), ``failed`` (by outcome: which
+        of ``"a"``, ``"b"`` failed on every seed; else ``""``) and ``diff``
         (:func:`t_interval` of the paired differences).
     """
     g = _groups(r, group)
@@ -634,6 +636,8 @@ def lm_orderings(r, group=None, orderings=LM_ORDERINGS, base: str = LM_BASE) -> 
                 how, verdict = "outcome", "holds"
             elif rel == "<" and fa.all() and not fb.any():
                 how, verdict = "outcome", "reversed"
+            elif rel == "~" and fa.all() != fb.all() and not (fa.any() and fb.any()):
+                how, verdict = "outcome", "does not hold"  # one failed on every seed
             elif diff["n"] >= 2 and rel == "<":
                 verdict = ("holds" if diff["hi"] < 0 else "reversed" if diff["lo"] > 0
                            else "not resolved")
@@ -641,6 +645,7 @@ def lm_orderings(r, group=None, orderings=LM_ORDERINGS, base: str = LM_BASE) -> 
                 inside = -EQUIV_MARGIN <= diff["lo"] and diff["hi"] <= EQUIV_MARGIN
                 outside = diff["lo"] > EQUIV_MARGIN or diff["hi"] < -EQUIV_MARGIN
                 verdict = "holds" if inside else "does not hold" if outside else "not resolved"
+            failed = ("a" if fa.all() else "b" if fb.all() else "") if how == "outcome" else ""
             out.append({"group": c, "a": a, "rel": rel, "b": b, "paper": paper,
-                        "verdict": verdict, "how": how, "diff": diff})
+                        "verdict": verdict, "how": how, "failed": failed, "diff": diff})
     return out

@@ -141,8 +141,15 @@ def test_orderings_verdicts():
     # every naive+RTN run failed, every ECO+RTN and naive+SR run trained: holds by outcome
     for a in ("fp8_eco_rtn", "fp8_naive_sr"):
         o = got[a, "<", "fp8_naive_rtn"]
-        assert (o["verdict"], o["how"], o["diff"]["n"]) == ("holds", "outcome", 0)
+        assert (o["verdict"], o["how"], o["failed"], o["diff"]["n"]) == ("holds", "outcome",
+                                                                          "b", 0)
     assert ("fp8_master_rtn", "~", "bf16_master") not in got  # no master+RTN runs
+    # "~" with every run of A failed and every run of B trained: does not hold, by outcome
+    failed = [_rec("fp8_master_rtn", s, 0.0, diverged=True) for s in range(3)]
+    o = [o for o in claims.lm_orderings(records_to_results(_protocol_records() + failed))
+         if o["a"] == "fp8_master_rtn"]
+    assert [(x["verdict"], x["how"], x["failed"]) for x in o] == [
+        ("does not hold", "outcome", "a")]
     # reversed and "does not hold"
     recs = [_rec(m, s, v) for s in range(3) for m, v in (
         ("bf16_master", 2.0 + 0.1 * s), ("fp8_eco_sr", 2.3 + 0.1 * s + 0.001 * s * s),

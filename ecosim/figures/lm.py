@@ -182,8 +182,7 @@ def _orderings_md(r, cols, col) -> list[str]:
                 continue
             v = _VERDICT[o["verdict"]]
             if o["how"] == "outcome":
-                v += " (by outcome: " + ("B" if o["verdict"] == "holds" else "A") \
-                    + " stalled or diverged)"
+                v += f" (by outcome: {o['failed'].upper()} stalled or diverged)"
             elif o["diff"]["n"]:
                 v += f": {_interval_text(o['diff'])} n={o['diff']['n']}"
             row.append(v)
