@@ -33,6 +33,7 @@ from . import lm  # noqa: E402,F401  isort: skip
 from . import eco_adam  # noqa: E402,F401  isort: skip
 from . import precision_horizon  # noqa: E402,F401  isort: skip
 from . import dqt  # noqa: E402,F401  isort: skip
+from . import sr_bits  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "Cache",

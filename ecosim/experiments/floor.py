@@ -32,17 +32,19 @@ from .base import (Config, ConfigError, at_least, distinct, experiment, interval
 __all__ = ["FloorConfig", "simulate_floor", "quantizer_for"]
 
 
-def quantizer_for(grid: str, mode: str, step: float) -> Quantizer:
+def quantizer_for(grid: str, mode: str, step: float, *, nbits: int = 32,
+                  sr_rule: str = "floor") -> Quantizer:
     """The weight quantizer of a floor run.
 
     ``grid="uniform"``: int8 codes on a fixed grid of spacing ``step`` (the theory's setting);
     ``grid="e4m3"``: FP8 E4M3 with a per-tensor absmax scale recomputed on every write (the
-    non-uniform grid of practice).
+    non-uniform grid of practice). ``nbits``, ``sr_rule``: SR's random bits and count rule.
     """
     if grid == "uniform":
-        return Quantizer("int8", mode, scale=step)
+        return Quantizer("int8", mode, scale=step, nbits=nbits, sr_rule=sr_rule)
     if grid == "e4m3":
-        return Quantizer("e4m3", mode, granularity="tensor", scale="absmax")
+        return Quantizer("e4m3", mode, granularity="tensor", scale="absmax", nbits=nbits,
+                         sr_rule=sr_rule)
     raise ValueError(f"grid must be 'uniform' or 'e4m3', got {grid!r}")
 
 
@@ -50,7 +52,7 @@ def simulate_floor(scheme: str, lr: float, beta: float, *, mode: str = "sr", d: 
                    L: float = 1.0, grid: str = "uniform", step: float = 2.0**-6,
                    horizon: float = 40.0, min_steps: int = 2000, burn_frac: float = 0.4,
                    heavy_ball: bool = False, grad_noise: float = 0.0, key: int = 0,
-                   blocks: int = 20) -> dict:
+                   blocks: int = 20, nbits: int = 32, sr_rule: str = "floor") -> dict:
     """Run one scheme to stationarity and measure its floor (see the module docstring).
 
     Args:
@@ -64,6 +66,8 @@ def simulate_floor(scheme: str, lr: float, beta: float, *, mode: str = "sr", d: 
         grad_noise: variance of additive Gaussian gradient noise per coordinate.
         key: the run's key.
         blocks: number of time blocks for the batch-means standard errors.
+        nbits, sr_rule: SR with the low ``nbits`` of each random word and that count rule
+            (:class:`~ecosim.quantizer.Quantizer`).
 
     Returns:
         dict with ``ex2``, ``s2``, ``ratio`` (= ex2 / s2), their standard errors ``ex2_se``,
@@ -72,7 +76,7 @@ def simulate_floor(scheme: str, lr: float, beta: float, *, mode: str = "sr", d: 
         prediction ``lyapunov`` (with the gradient noise), and ``steps``.
     """
     steps = int(max(min_steps, round(horizon / (lr * L))))
-    q = quantizer_for(grid, mode, step)
+    q = quantizer_for(grid, mode, step, nbits=nbits, sr_rule=sr_rule)
     opt = sgdm(lr, beta, scheme=scheme, weights=None if scheme == "fp" else q,
                heavy_ball=heavy_ball)
     prob = Quadratic(d, L=L, key=rng.fold_in(key, "problem") % 2**63, grad_noise=grad_noise)

@@ -26,6 +26,7 @@ from . import lm  # noqa: E402,F401  isort: skip  (needs the torch backend or a 
 from . import eco_adam  # noqa: E402,F401  isort: skip
 from . import precision_horizon  # noqa: E402,F401  isort: skip
 from . import dqt  # noqa: E402,F401  isort: skip
+from . import sr_bits  # noqa: E402,F401  isort: skip
 from . import claims  # noqa: E402,F401  isort: skip  (last: it summarises the others)
 
 __all__ = ["BuildReport", "FigureReport", "FigureSpec", "build", "figure", "figures", "get",
