@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
+from ..claims import t_interval
 from ..experiments.eco_adam import APPROX_SCHEMES, OUTCOMES, VARIANTS
 from . import style
 from .base import figure
@@ -75,15 +75,8 @@ def paired_gaps(r, scheme: str, mode: str) -> dict:
     common = sorted(set(sa[r["outcome"][a] == "trained"]) & set(sb[r["outcome"][b] == "trained"]))
     fa = dict(zip(sa, r["final_val_loss"][a]))
     fb = dict(zip(sb, r["final_val_loss"][b]))
-    d = np.array([fa[s] - fb[s] for s in common], np.float64)
-    n = d.size
-    if n == 0:
-        return {"n": 0, "mean": np.nan, "lo": np.nan, "hi": np.nan}
-    mean = float(d.mean())
-    if n < 2:
-        return {"n": n, "mean": mean, "lo": np.nan, "hi": np.nan}
-    h = float(stats.t.ppf(0.5 + _LEVEL / 2, n - 1)) * float(d.std(ddof=1)) / np.sqrt(n)
-    return {"n": n, "mean": mean, "lo": mean - h, "hi": mean + h}
+    ti = t_interval(np.array([fa[s] - fb[s] for s in common], np.float64), _LEVEL)
+    return {k: ti[k] for k in ("n", "mean", "lo", "hi")}
 
 
 def _select(r, part: str, name: str) -> np.ndarray:
