@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 from ecosim.torch import data as lmdata  # noqa: E402
 from ecosim.torch import lm  # noqa: E402
+from ecosim.experiments.lm import run_setting  # noqa: E402
 from ecosim.torch.nn import QuantizedLinear, store_weights  # noqa: E402
 from ecosim.torch.model import (PRESETS, ModelConfig, Transformer, ffn_dim,  # noqa: E402
                                 param_counts, quantized_names)
@@ -242,7 +243,7 @@ RECORD_KEYS = {
     "diverged", "diverged_at_step", "curve", "bytes_per_param", "peak_memory_bytes",
     "peak_memory_kind", "tokens_per_s", "wall_s", "train_s", "eval_s", "segments", "storage",
     "fsdp", "device", "device_name", "torch", "python", "threads", "corpus", "split",
-    "eval_batches", "diagnostics"}
+    "eval_batches", "diagnostics", "autocast"}
 
 
 def test_record_schema_via_cli(corpus, tmp_path, capsys):
@@ -332,3 +333,39 @@ def test_bad_input_is_a_clear_error(corpus, tmp_path):
         lm.train({"preset": "tiny"})
     with pytest.raises(SystemExit):
         lm.main(["--preset", "huge"])
+
+
+# -- bfloat16 matmuls (--bf16-autocast) ------------------------------------------------------------
+
+def _matmul_input_dtypes(fn) -> set:
+    """The dtypes of the inputs of every matmul that ``fn()`` dispatches."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+    seen = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in ops:
+                seen.update(a.dtype for a in args if isinstance(a, torch.Tensor))
+            return func(*args, **(kwargs or {}))
+    with Record():
+        fn()
+    return seen
+
+
+def test_bf16_autocast_matmuls(corpus):
+    """--bf16-autocast: every matmul of a training run (forward, backward, validation) takes
+    bfloat16 inputs; without it every one takes FP32."""
+    for method in ("bf16_master", "fp8_eco_sr"):
+        recs = {}
+        for flag in (True, False):
+            dtypes = _matmul_input_dtypes(lambda: recs.__setitem__(flag, lm.train(
+                _cfg(corpus, method=method, steps=2, eval_every=2, autocast=flag))))
+            assert dtypes == ({torch.bfloat16} if flag else {torch.float32})
+        assert recs[True]["autocast"] is True and recs[False]["autocast"] is False
+        assert math.isfinite(recs[True]["val_loss"])
+        assert recs[True]["val_loss"] != recs[False]["val_loss"]  # other numbers
+        assert run_setting(recs[True]) != run_setting(recs[False])  # not averaged together
+    with pytest.raises(ValueError, match="autocast must be a bool"):
+        lm.LMConfig(autocast=1)

@@ -184,6 +184,8 @@ def run_setting(record: dict) -> str:
         "corpus": corpus.get("sha256") if isinstance(corpus, dict) else corpus,
         "split": ({k: split.get(k) for k in ("block", "val_every")}
                   if isinstance(split, dict) else split)}
+    if record.get("autocast"):  # bfloat16 matmuls (absent or false: FP32, as older records)
+        setting["autocast"] = True
     return json.dumps(setting, sort_keys=True, separators=(", ", ": "))
 
 

@@ -77,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="log and record the quantized optimizer's per-step diagnostics "
                          "(codes changed, never changed, |m|/|g|, ECO injection kept) at "
                          "every curve point (costs time)")
+    ap.add_argument("--bf16-autocast", dest="autocast", action="store_true",
+                    help="compute the forward's matmuls in bfloat16 autocast (the paper's "
+                         "BF16 runs); weights and optimizer unchanged")
     ap.add_argument("--fsdp", action="store_true",
                     help="shard parameters and optimizer states with FSDP2 (needs --storage "
                          "param; run under torchrun)")

@@ -119,6 +119,11 @@ class LMConfig:
             default: they cost time (measured on ``tiny``, one CPU thread, 20 steps: 65.8
             against 59.9 ms per training step, +10%; the ECOAdamW step alone 24.7 against
             18.2 ms).
+        autocast: compute the forward's matmuls (training and validation) in bfloat16
+            under ``torch.autocast``, as the paper's BF16 runs do: activations and the weights
+            as read (a master scheme's working copy, an ECO or naive run's stored values) are
+            cast to bfloat16 at each matmul; the optimizer and the stored weights are
+            unchanged. Off by default (FP32 matmuls).
         fsdp: shard every parameter on dim 0 with FSDP2 (``fully_shard`` on each block and
             on the root; needs ``storage="param"``). The optimizers work on each process's
             rows (:class:`~ecosim.torch.ECOAdamW` takes the DTensor parameters: row-wise
@@ -157,11 +162,14 @@ class LMConfig:
     storage: str = "codes"
     fsdp: bool = False
     diagnostics: bool = False
+    autocast: bool = False
 
     def __post_init__(self):
         get_preset(self.preset)
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose one of {list(METHODS)}")
+        if not isinstance(self.autocast, bool):
+            raise ValueError(f"autocast must be a bool, got {self.autocast!r}")
         _positive_int("steps", self.steps)
         _positive_int("grad_accum", self.grad_accum)
         _positive_int("eval_batches", self.eval_batches)

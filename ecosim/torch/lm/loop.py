@@ -207,7 +207,7 @@ class _Run:
             sync = ddp is None or a == A - 1
             if cfg.fsdp:  # as DDP's no_sync: reduce once per step, after the last micro-batch
                 self.model.set_requires_gradient_sync(a == A - 1)
-            with contextlib.nullcontext() if sync else ddp.no_sync():
+            with contextlib.nullcontext() if sync else ddp.no_sync(), self.matmuls():
                 loss = fwd(x, y)
                 (loss * (1.0 / A)).backward()
             micro.append(loss.detach().to(torch.float64))
@@ -282,6 +282,12 @@ class _Run:
                      f"never changed {d['never_changed_frac']:.4f}  "
                      f"|m|/|g| {d['m_over_g']:.3g}  inject kept {d['inject_kept']:.4g}")
 
+    def matmuls(self):
+        """The forward's matmul precision: bfloat16 autocast with ``cfg.autocast``, else a
+        no-op context."""
+        return torch.autocast(self.env.device.type, dtype=torch.bfloat16,
+                              enabled=self.cfg.autocast)
+
     def evaluate(self) -> float:
         """The mean validation loss over ``cfg.eval_batches`` fixed batches, split over the
         processes (FSDP: every process runs as many forwards, its forward is collective)."""
@@ -293,7 +299,8 @@ class _Run:
         with torch.no_grad():
             for k, i in enumerate(mine):
                 x, y = _data.get_batch(self.val_tok, B, T, rng.fold_in(_VAL_KEY, i), dev)
-                vals[k] = model(x, y).item()
+                with self.matmuls():
+                    vals[k] = model(x, y).item()
             if cfg.fsdp:  # FSDP's forward is collective: every process runs `per` of them
                 for _ in range(per - len(mine)):
                     model(*_data.get_batch(self.val_tok, B, T, rng.fold_in(_VAL_KEY, 0), dev))
