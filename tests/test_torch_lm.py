@@ -243,7 +243,7 @@ RECORD_KEYS = {
     "diverged", "diverged_at_step", "curve", "bytes_per_param", "peak_memory_bytes",
     "peak_memory_kind", "tokens_per_s", "wall_s", "train_s", "eval_s", "segments", "storage",
     "fsdp", "device", "device_name", "torch", "python", "threads", "corpus", "split",
-    "eval_batches", "diagnostics", "autocast"}
+    "eval_batches", "diagnostics", "autocast", "act_fp8"}
 
 
 def test_record_schema_via_cli(corpus, tmp_path, capsys):
@@ -369,3 +369,51 @@ def test_bf16_autocast_matmuls(corpus):
         assert run_setting(recs[True]) != run_setting(recs[False])  # not averaged together
     with pytest.raises(ValueError, match="autocast must be a bool"):
         lm.LMConfig(autocast=1)
+
+
+# -- FP8 activations (--act-fp8) ------------------------------------------------------------------
+
+def test_act_fp8_equals_the_quantizer_on_each_token():
+    from ecosim.torch import Quantizer
+    from ecosim.torch.lm.activations import quantize_activations, quantize_input
+
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1)) * torch.logspace(
+        -3, 3, 5).reshape(1, 5, 1)  # tokens of very different sizes: one scale each
+    x.requires_grad_(True)
+    x0 = x.detach().clone()
+    y = quantize_input(x)
+    want = Quantizer("e4m3", "rtn", granularity="row")(x0.reshape(10, 16)).reshape(2, 5, 16)
+    assert torch.equal(y.detach(), want) and torch.equal(x.detach(), x0)
+    assert not torch.equal(want, x0)  # it rounds
+    y.backward(torch.arange(160.0).reshape(2, 5, 16))
+    assert torch.equal(x.grad, torch.arange(160.0).reshape(2, 5, 16))  # straight through
+    # the hooks: each block-internal linear sees the quantized input, nothing else does
+    model = Transformer(PRESETS["tiny"].model, torch.Generator().manual_seed(0))
+    handles = quantize_activations(model)
+    assert len(handles) == 7 * PRESETS["tiny"].model.n_layers
+    seen = {}  # what each linear receives (these hooks run after the quantizing ones)
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear):
+            mod.register_forward_pre_hook(
+                lambda m, a, name=name: seen.__setitem__(name, a[0].detach().clone()))
+    tok = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(2))
+    model(tok, tok)
+    q = Quantizer("e4m3", "rtn", granularity="row")
+    assert len(seen) == 7 * PRESETS["tiny"].model.n_layers + 1  # and the head
+    for name, inp in seen.items():  # quantized rows are fixed points of q; others are not
+        rows = inp.reshape(-1, inp.shape[-1])
+        assert torch.equal(q(rows), rows) == name.startswith("blocks."), name
+
+
+def test_act_fp8_runs(corpus):
+    recs = {flag: lm.train(_cfg(corpus, method="fp8_eco_sr", steps=2, eval_every=2,
+                                act_fp8=flag)) for flag in (True, False)}
+    assert recs[True]["act_fp8"] is True and math.isfinite(recs[True]["val_loss"])
+    assert recs[True]["val_loss"] != recs[False]["val_loss"]
+    assert run_setting(recs[True]) != run_setting(recs[False])
+    # BF16 with master ignores the flag (the setting's baseline): the same numbers
+    b = [lm.train(_cfg(corpus, method="bf16_master", steps=2, eval_every=2, act_fp8=f))
+         for f in (True, False)]
+    assert b[0]["val_loss"] == b[1]["val_loss"] and b[0]["act_fp8"] is True
+    with pytest.raises(ValueError, match="act_fp8 must be a bool"):
+        lm.LMConfig(act_fp8="yes")

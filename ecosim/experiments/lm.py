@@ -184,8 +184,9 @@ def run_setting(record: dict) -> str:
         "corpus": corpus.get("sha256") if isinstance(corpus, dict) else corpus,
         "split": ({k: split.get(k) for k in ("block", "val_every")}
                   if isinstance(split, dict) else split)}
-    if record.get("autocast"):  # bfloat16 matmuls (absent or false: FP32, as older records)
-        setting["autocast"] = True
+    for flag in ("autocast", "act_fp8"):  # on only (absent or false: as older records)
+        if record.get(flag):
+            setting[flag] = True
     return json.dumps(setting, sort_keys=True, separators=(", ", ": "))
 
 

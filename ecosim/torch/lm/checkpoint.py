@@ -27,7 +27,7 @@ FORMAT = "ecosim.lm/1"
 # Fields that define the trajectory: a resume must match them (eval/log/io fields may change).
 TRAJECTORY = ("preset", "method", "steps", "batch", "global_batch", "seq", "lr", "seed",
               "warmup", "final_lr", "betas", "eps", "weight_decay", "clip", "diverge_loss",
-              "storage", "autocast")  # not world_size, grad_accum, fsdp: layouts of the same run
+              "storage", "autocast", "act_fp8")  # not world_size, grad_accum, fsdp: layouts of the same run
 
 
 def path_of(cfg: LMConfig) -> Path:
@@ -83,7 +83,7 @@ def load(cfg: LMConfig, device, corpus_sha: str) -> dict:
             ck.get("config"), dict) or not all(k in ck for k in _KEYS):
         raise unusable(path, f"is not an {FORMAT} checkpoint")
     want = {k: jsonable(getattr(cfg, k)) for k in TRAJECTORY}
-    have = {"autocast": False, **ck["config"]}  # checkpoints from before the flag: FP32
+    have = {"autocast": False, "act_fp8": False, **ck["config"]}  # from before the flags
     bad = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
     if ck["corpus_sha256"] != corpus_sha:
         bad["corpus"] = (ck["corpus_sha256"], corpus_sha)

@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--bf16-autocast", dest="autocast", action="store_true",
                     help="compute the forward's matmuls in bfloat16 autocast (the paper's "
                          "BF16 runs); weights and optimizer unchanged")
+    ap.add_argument("--act-fp8", action="store_true",
+                    help="FP8 methods also round each quantized linear's input to E4M3 (RTN, "
+                         "one scale per token)")
     ap.add_argument("--fsdp", action="store_true",
                     help="shard parameters and optimizer states with FSDP2 (needs --storage "
                          "param; run under torchrun)")

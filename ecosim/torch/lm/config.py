@@ -124,6 +124,10 @@ class LMConfig:
             as read (a master scheme's working copy, an ECO or naive run's stored values) are
             cast to bfloat16 at each matmul; the optimizer and the stored weights are
             unchanged. Off by default (FP32 matmuls).
+        act_fp8: FP8 methods also round the input of each quantized linear layer to E4M3
+            (RTN, one absmax scale per token; straight-through gradient;
+            :mod:`ecosim.torch.lm.activations`). BF16 and FP32 runs ignore it, so a setting's
+            BF16-with-master baseline carries the flag too. Off by default.
         fsdp: shard every parameter on dim 0 with FSDP2 (``fully_shard`` on each block and
             on the root; needs ``storage="param"``). The optimizers work on each process's
             rows (:class:`~ecosim.torch.ECOAdamW` takes the DTensor parameters: row-wise
@@ -163,13 +167,15 @@ class LMConfig:
     fsdp: bool = False
     diagnostics: bool = False
     autocast: bool = False
+    act_fp8: bool = False
 
     def __post_init__(self):
         get_preset(self.preset)
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose one of {list(METHODS)}")
-        if not isinstance(self.autocast, bool):
-            raise ValueError(f"autocast must be a bool, got {self.autocast!r}")
+        for f in ("autocast", "act_fp8"):
+            if not isinstance(getattr(self, f), bool):
+                raise ValueError(f"{f} must be a bool, got {getattr(self, f)!r}")
         _positive_int("steps", self.steps)
         _positive_int("grad_accum", self.grad_accum)
         _positive_int("eval_batches", self.eval_batches)

@@ -22,6 +22,7 @@ from ..model import Transformer, get_preset, quantized_names
 from ..nn import data_parallel, store_weights
 from ..optim import ECOAdamW
 from . import checkpoint, record
+from .activations import quantize_activations
 from .config import METHODS, LMConfig, lr_factor
 from .distributed import Env, clip_grad_norm, fully_shard_model, gather_tensor, setup
 
@@ -133,6 +134,9 @@ class _Run:
         if cfg.fsdp:
             fully_shard_model(self.model, env)
         self.opts = build_optimizers(self.model, cfg)
+        fmt = METHODS[cfg.method].fmt
+        if cfg.act_fp8 and fmt is not None and fmt.startswith("float8"):
+            quantize_activations(self.model)  # after the layers are stored
         lam = lambda s: lr_factor(s, cfg.steps, cfg.warmup, cfg.final_lr)  # noqa: E731
         self.scheds = [torch.optim.lr_scheduler.LambdaLR(o, lam) for o in self.opts]
         self.hist = {"step": 0, "curve": [], "window": [], "recent": [], "tokens": 0,

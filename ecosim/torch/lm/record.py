@@ -120,7 +120,7 @@ def build(run, diverged: bool) -> dict:
         "wall_s": hist["wall_s"],  # cumulative over resumed segments
         "train_s": hist["train_s"], "eval_s": hist["eval_s"],
         "segments": hist["segments"], "storage": cfg.storage, "fsdp": cfg.fsdp,
-        "autocast": cfg.autocast,
+        "autocast": cfg.autocast, "act_fp8": cfg.act_fp8,
         "device": str(dev), "device_name": _device_name(dev), "torch": str(torch.__version__),
         "python": platform.python_version(), "threads": torch.get_num_threads(),
         "corpus": run.corpus.fingerprint(),
