@@ -19,9 +19,9 @@ matrix (as in ``mantissa_sweep``) and has no AdamW parameter, so ``b2`` does not
 MLP it enters only through the biases and Muon runs at one ``b2`` (``muon_b2``).
 
 The search. ``search="bisect"`` (default) assumes that a buffer fine at ``M`` is fine at every
-wider ``M``, tries ``m_max`` and ``m_min`` and bisects between them (at most
-``2 + ceil(log2(m_max - m_min))`` runs per buffer, two when ``m_min`` is already fine, as it
-often is for the gradient); ``"scan"`` trains every ``M`` and reports the smallest ``M`` from which every wider
+wider ``M`` and bisects ``[m_min, m_max + 1]``, where ``m_max + 1`` stands for "not fine in
+the range" and is never run (``ceil(log2(m_max - m_min + 2))`` runs per buffer: 4 for the
+default 1 ... 15); ``"scan"`` trains every ``M`` and reports the smallest ``M`` from which every wider
 one is fine, plus whether the cell was monotone: the check of the bisection's assumption.
 ``m_max + 1`` means "not fine even at ``m_max``".
 
@@ -31,7 +31,7 @@ whether that run diverged: the claim "Adam diverges on Rosenbrock at M = 4".
 Budget. Rosenbrock runs cost about 0.25 ms a step, the small MLP about 1 ms (AdamW) and
 1.5 ms (Muon). The default config (Rosenbrock T in {250, 1k, 4k} with b2 in {0.9, 0.99,
 0.999}; the MLP T in {250, 1k} at b2 = 0.999; one seed) is the reduced grid that
-``make figures`` runs, about 200 CPU-seconds; the full grid of the issue adds T = 16k on
+``make figures`` runs, about 220 CPU-seconds; the full grid of the issue adds T = 16k on
 Rosenbrock and b2 in {0.9, 0.99} on the MLP: ``ecosim run precision_horizon --set
 rosen_horizons=250,1000,4000,16000 mlp_b2s=0.9,0.99,0.999`` (about four times the CPU time).
 """
@@ -65,9 +65,9 @@ def smallest_fine(is_fine: Callable[[int], bool], lo: int, hi: int, *,
         is_fine: ``M -> bool`` (one training run per call).
         lo, hi: the searched widths, ``1 <= lo <= hi``.
         search: ``"bisect"`` (assumes ``is_fine`` is monotone: fine at ``M`` implies fine at
-            ``M + 1``; tries ``hi``, then ``lo``, then bisects: at most
-            ``2 + ceil(log2(hi - lo))`` calls, two when ``lo`` is fine) or ``"scan"`` (every
-            ``M``).
+            ``M + 1``; ``ceil(log2(hi - lo + 2))`` calls; where the assumption fails it returns
+            a width that is fine with the next narrower one not fine, which may not be the
+            smallest) or ``"scan"`` (every ``M``).
 
     Returns:
         ``(M, evaluated, monotone)``: ``M`` (``hi + 1`` when ``hi`` is not fine), the calls made
@@ -100,11 +100,9 @@ def smallest_fine(is_fine: Callable[[int], bool], lo: int, hi: int, *,
             best = m
         monotone = all(seen[m] <= seen[m + 1] for m in range(lo, hi))
         return best, dict(sorted(seen.items())), monotone
-    if not fine(hi):
-        return hi + 1, dict(sorted(seen.items())), True
-    if lo == hi or fine(lo):        # many buffers tolerate the narrowest width: two runs
-        return lo, dict(sorted(seen.items())), True
-    bad, good = lo, hi              # invariant: fine(good), not fine(bad)
+    # bisection on [lo, hi + 1] with hi + 1 standing for "wider than the range" (never run):
+    # invariant: bad = lo - 1 or not fine(bad); good = hi + 1 or fine(good)
+    bad, good = lo - 1, hi + 1
     while good - bad > 1:
         mid = (bad + good) // 2
         if fine(mid):
@@ -133,7 +131,7 @@ class PrecisionHorizonConfig(lp.OptimizerConfig):
     mlp_b2s: tuple[float, ...] = (0.999,)
     muon_b2: float = 0.999          # Muon's AdamW biases on the MLP (unused on Rosenbrock)
     m_min: int = 1
-    m_max: int = 16
+    m_max: int = 15
     search: Literal["bisect", "scan"] = "bisect"
     probe_mantissa: int = 4
     mode: Literal["rtn", "sr"] = "rtn"

@@ -16,16 +16,18 @@ Precision against horizon (the relative-error theory of quantized Adam and Muon,
 Zou): for each horizon T, b2 and buffer, the smallest mantissa width M for which rounding that
 buffer alone to nearest onto custom(8, M) (float32's exponent range) keeps the final loss
 within 20% of the unquantized run of the same T (on Rosenbrock both floored at 1e-5), found by
-bisection over M = 1 ... 16 (a point above the dotted line was not fine even at 16). Weights
-are stored without a master copy. Rosenbrock: the 16-d chained function, Muon on it as a 4x4
-matrix with no AdamW parameter (b2 does not enter); MLP: a small teacher-student network, one
-seed, Muon at one b2 (it enters only through the AdamW biases); Muon has no second moment v.
-Marker: b2; dashed: the theory's slope (2 bits per doubling of T for Adam's weights and v, 1
-for its g and m, 1/2 for Muon), drawn through the measured mean at the shortest T, as the
-theory fixes slopes, not offsets. "Within 20%" is relative to the FP32 run of the same T and
-b2: where that run itself is far from converged (Rosenbrock with b2 = 0.999), the target is
-loose, so b2's effect is mixed with the reference's own progress. The verdicts on the named
-widths are the table under the README paragraph (figures/precision_horizon.md).
+bisection over M = 1 ... 15 (a point above the dotted line was not fine even at 15; the
+bisection assumes a buffer fine at M is fine at every wider M, which one measured cell
+contradicts, see the README). Weights are stored without a master copy. Rosenbrock: the 16-d
+chained function, Muon on it as a 4x4 matrix with no AdamW parameter (b2 does not enter); MLP:
+a small teacher-student network, one seed, Muon at one b2 (it enters only through the AdamW
+biases); Muon has no second moment v. Marker: b2; dashed: the theory's slope (2 bits per
+doubling of T for Adam's weights and v, 1 for its g and m, 1/2 for Muon), drawn through the
+measured mean at the shortest T, as the theory fixes slopes, not offsets. "Within 20%" is
+relative to the FP32 run of the same T and b2: where that run itself is far from converged
+(Rosenbrock with b2 = 0.999), the target is loose, so b2's effect is mixed with the
+reference's own progress. The verdicts on the named widths are the table under the README
+paragraph (figures/precision_horizon.md).
 """
 
 _BUFFER_COLORS = {"weights": style.COLORS["red"], "g": style.COLORS["blue"],
