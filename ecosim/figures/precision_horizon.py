@@ -104,6 +104,10 @@ def precision_horizon(precision_horizon):
         "slopes": {k: np.array([s[k] for s in slopes]) for k in (
             "problem", "optimizer", "buffer", "b2", "slope", "theory", "censored", "n")},
     }
+    # a series with one horizon has no slope (smoke configs): text, so the CSV stays finite
+    tables["slopes"]["slope"] = np.array(
+        [repr(float(v)) if np.isfinite(v) else "n/a (one horizon)" for v in
+         tables["slopes"]["slope"]])
     tables["cells"]["probe_final"] = np.array(
         [repr(float(v)) if np.isfinite(v) else "diverged" for v in r["probe_final"]])
     return fig, tables, horizon_claims.markdown_table(r)
