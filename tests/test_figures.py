@@ -23,6 +23,8 @@ NONFINITE_OK: dict[str, set[str]] = {
     # interval (NaN) with fewer than two seeds where both runs trained
     "eco_adam_breakdown": {"approx_gaps"} | {f"trace_{v}" for v in (
         "eco_rtn", "fixed_scale", "b2_09999", "tanh_row", "fp8_row", "master_rtn", "sgdm")},
+    # the same for DQT's paired gaps (a grid whose runs stalled or diverged has none)
+    "dqt": {"gaps"}, "dqt_claims": {"points"},
 }
 
 
