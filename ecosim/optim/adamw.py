@@ -71,7 +71,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from .._checks import check_bool
+from ..checks import check_bool
 from ..quantizer import Quantizer
 from .base import (
     ADAMW_SCHEMES,

@@ -69,7 +69,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import rng
-from .._checks import NonFiniteGradient, check_bool, native
+from ..checks import NonFiniteGradient, check_bool, native
 from ..quantizer import Quantizer
 from ..rounding import quantize
 from .policies import (ADAMW_SCHEMES, SCHEMES, _check_beta, _check_real,  # noqa: F401
