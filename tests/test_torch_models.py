@@ -312,6 +312,9 @@ def test_stored_weight_reads_values_differentiably(make):
     assert torch.count_nonzero(values) > 0
     assert torch.equal(w.detach(), values) and torch.equal(w.data.clone(), values)
     assert torch.equal(w.norm(), values.norm()) and torch.equal(w * 3, values * 3)
+    assert torch.equal(w.mT, values.mT) and torch.equal(w.real, values)
+    if w.dim() == 2:
+        assert torch.equal(w.T, values.T)
     assert torch.equal(torch.stack([w, w]), torch.stack([values, values]))
     assert not w.detach().requires_grad and stored(w.detach()) is layer
     (w ** 2).sum().backward()

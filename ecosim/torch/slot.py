@@ -59,6 +59,9 @@ _INPLACE_DUNDER = frozenset({
 
 # Functions whose result is a detached alias of their argument.
 _DETACHED = (torch.Tensor.detach, torch.detach, torch.Tensor.data.__get__)
+# Properties that read values (the other properties are metadata: shape, dtype, grad, ...).
+_VALUE_PROPS = tuple(getattr(torch.Tensor, p).__get__ for p in ("T", "mT", "H", "mH", "real",
+                                                                   "imag"))
 
 
 @contextlib.contextmanager
@@ -149,7 +152,7 @@ class GradSlot(nn.Parameter):
         name = getattr(func, "__name__", "")
         if torch.compiler.is_compiling():  # traced code sees the plain placeholder
             return _raw_call(func, args, kwargs)
-        if name in _META and func not in _DETACHED:
+        if name in _META and func not in _DETACHED and func not in _VALUE_PROPS:
             return _raw_call(func, args, kwargs)
         if func in _DETACHED:  # a detached alias: reads read, writes are refused
             layer = stored(args[0]) if args else None
