@@ -8,21 +8,25 @@
 #   2. quantize (~40 s):   benchmarks/torch_quantize.py, 2^24 values, throughput and identity;
 #   3. lm bench 30m (~60 s) and 200m (~120 s, SR only): benchmarks/torch_lm.py, ECO vs master
 #      optimizer step time, bytes per parameter held, peak minus activations, tokens/s;
-#   4. train (2 x ~50 s):  python -m ecosim.torch.lm, preset 30m, fp8_master_sr and fp8_eco_sr,
-#      100 steps each (loss, tokens/s, peak memory in lm.jsonl).
+#   4. lm_protocol (~2 min): benchmarks/lm_protocol.py, the lm figures' protocol (preset micro,
+#      every method x 3 seeds, 650 steps each, the same settings as `make figures`) on CUDA,
+#      12 runs at a time, into lm_protocol.jsonl with torch.cuda.max_memory_allocated per run;
+#      then, if matplotlib is importable, the lm_table/lm_pareto figures from that file.
 # Estimated total on one H200: about 6 minutes (not yet measured: nothing here has run on a GPU).
-# Each section runs under its own `timeout` (defaults below; they sum to 575 s, so a run of
-# the whole script ends within 10 minutes) and a failing or timed-out section is reported
-# (OK / FAILED rc=N / TIMEOUT) without ending the script.
+# Each section runs under its own `timeout` (defaults below; with the figures they sum to
+# 595 s, so a run of the whole script ends within 10 minutes) and a failing or timed-out
+# section is reported (OK / FAILED rc=N / TIMEOUT) without ending the script.
 #
 # Needs no network and no install: the repository root goes on PYTHONPATH; the Python is
 # $PYTHON (default python3) and must have torch (a CUDA build), numpy and ml_dtypes; ECOSIM_DEPS
 # (a folder of extra site-packages, e.g. from `pip install --target`) is prepended if set.
 #
 # Usage: bash benchmarks/gpu.sh [--device cpu]
-#   --device cpu runs the same sections on the CPU, shrunk (a test of this script: ~3 minutes).
+#   --device cpu runs the same sections on the CPU, shrunk (a test of this script: ~4 minutes idle).
 # Results in $OUT (default results/gpu): gpu.log (everything), NN-section.log each,
-# summary.txt (one status line per section), lm.jsonl (the training runs).
+# summary.txt (one status line per section), lm_protocol.jsonl (the training runs; plot with
+# `ecosim figures --only lm_table lm_pareto --set lm.results_file=$OUT/lm_protocol.jsonl`) and
+# figures/ (those two figures, when matplotlib is there).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -32,7 +36,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE=${2:?--device needs a value}; shift 2 ;;
     --device=*) DEVICE=${1#--device=}; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -45,7 +49,7 @@ export PYTHONPATH="$ROOT${ECOSIM_DEPS:+:$ECOSIM_DEPS}${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}
 : > "$OUT/summary.txt"
-rm -f "$OUT/lm.jsonl"
+rm -f "$OUT/lm_protocol.jsonl"
 exec > >(tee "$OUT/gpu.log") 2>&1
 
 N=0
@@ -84,10 +88,9 @@ PYEOF
   section quantize 120 "$PY" benchmarks/torch_quantize.py --log2n 16 --repeats 1
   section lm_bench_tiny 120 "$PY" benchmarks/torch_lm.py --device cpu --presets tiny --reps 2 \
     --train-steps 2
-  for m in fp8_master_sr fp8_eco_sr; do
-    section "train_$m" 90 "$PY" -m ecosim.torch.lm --preset tiny --method "$m" --steps 10 \
-      --device cpu --eval-every 5 --eval-batches 2 --quiet --results "$OUT/lm.jsonl"
-  done
+  section lm_protocol 400 "$PY" benchmarks/lm_protocol.py --device cpu --jobs 2 \
+    --preset tiny --steps 6 --methods bf16_master fp8_eco_sr --seeds 2 \
+    --extra=--eval-batches=2 --out "$OUT/lm_protocol.jsonl"
 else
   section preflight "${T_PREFLIGHT:-30}" "$PY" - cuda <<'PYEOF'
 import importlib.util, platform, subprocess, sys
@@ -112,17 +115,18 @@ PYEOF
   section quantize "${T_QUANTIZE:-75}" "$PY" benchmarks/torch_quantize.py --log2n 24 --repeats 3
   section lm_bench_30m "${T_LM30:-90}" "$PY" benchmarks/torch_lm.py --device cuda --presets 30m \
     --reps 10 --train-steps 10
-  section lm_bench_200m "${T_LM200:-160}" "$PY" benchmarks/torch_lm.py --device cuda \
+  section lm_bench_200m "${T_LM200:-125}" "$PY" benchmarks/torch_lm.py --device cuda \
     --presets 200m --modes sr --reps 5 --train-steps 5
-  for m in fp8_master_sr fp8_eco_sr; do
-    section "train_$m" "${T_TRAIN:-80}" "$PY" -m ecosim.torch.lm --preset 30m --method "$m" \
-      --steps "${TRAIN_STEPS:-100}" --device cuda --eval-every 50 --quiet \
-      --results "$OUT/lm.jsonl"
-  done
+  section lm_protocol "${T_PROTOCOL:-170}" "$PY" benchmarks/lm_protocol.py --device cuda \
+    --jobs "${PROTOCOL_JOBS:-12}" --out "$OUT/lm_protocol.jsonl"
+fi
+if [ -s "$OUT/lm_protocol.jsonl" ] && "$PY" -c "import matplotlib" 2>/dev/null; then
+  section lm_figures 45 "$PY" -m ecosim figures --only lm_table lm_pareto --no-progress \
+    --set "lm.results_file=$OUT/lm_protocol.jsonl" --out "$OUT/figures" --cache "$OUT/cache"
 fi
 
-if [ -s "$OUT/lm.jsonl" ]; then
-  "$PY" - "$OUT/lm.jsonl" <<'PYEOF' || echo "(summary of lm.jsonl failed)"
+if [ -s "$OUT/lm_protocol.jsonl" ]; then
+  "$PY" - "$OUT/lm_protocol.jsonl" <<'PYEOF' || echo "(summary of lm_protocol.jsonl failed)"
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
