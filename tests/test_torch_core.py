@@ -62,7 +62,8 @@ def assert_same_bits(ours, ref) -> int:
     (0, 0, 5), (12345, 2**32 - 2, 70_000), (2**64 - 1, 2**50, 100),
     (99, 2**32 - 100, 300),  # crosses the high counter word
     (5, 2**64 - 3, 10),  # wraps the 64-bit counter
-    (2**63 + 12345, 2**40, (3, 40_000)),  # large key, a shape, more than one CPU chunk
+    (2**63 + 12345, 2**40, (3, 100_000)),  # large key, a shape, more than one CPU chunk
+    (7, 2**31 - 50, 300),  # the low counter word crosses 2**31 (int32 words on the CPU)
 ])
 @pytest.mark.parametrize("device", DEVICES)
 def test_random_bits_equal_numpy(key, counter, size, device):
@@ -174,15 +175,21 @@ def test_sr_with_given_bits_equals_numpy(np_dtype, torch_dtype, nbits):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_key_is_the_same_as_its_bits_and_chunks_are_invisible(device):
-    x = torch.from_numpy(np.random.default_rng(0).standard_normal(100_003).astype(np.float32))
-    x = x.to(device)
+    # More than one CPU chunk (2**18); the second holds NaN, inf and overflow (the general
+    # path) while the first has none (the fast one).
+    x = np.random.default_rng(0).standard_normal(300_003).astype(np.float32)
+    x[[280_000, 280_001, 290_000]] = np.nan, -np.inf, -1e6
+    x = torch.from_numpy(x).to(device)
     a = et.quantize(x, "e4m3", "sr", key=(5, 2**32 - 40_000))
     rb = et.random_bits(5, 2**32 - 40_000, x.numel(), device=device)
-    assert torch.equal(a, et.quantize(x, "e4m3", "sr", rbits=rb))
-    assert torch.equal(a[70_001:], et.quantize(x[70_001:], "e4m3", "sr",
-                                               key=(5, 2**32 - 40_000 + 70_001)))
+    assert_same_bits(a, et.quantize(x, "e4m3", "sr", rbits=rb))
+    assert_same_bits(a[70_001:], et.quantize(x[70_001:], "e4m3", "sr",
+                                             key=(5, 2**32 - 40_000 + 70_001)))
     assert_same_bits(a, ecosim.quantize(x.cpu().numpy(), "e4m3", "sr",
                                         key=(5, 2**32 - 40_000)))
+    for mode, key in (("rtn", None), ("sr", (6, 2**31 - 100_000))):  # crosses 2**31
+        assert_same_bits(et.quantize(x, "e4m3", mode, key=key),
+                         ecosim.quantize(x.cpu().numpy(), "e4m3", mode, key=key))
 
 
 def test_layouts_shapes_and_python_floats():

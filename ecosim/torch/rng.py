@@ -5,18 +5,21 @@ Element ``i`` of a stream is ``h(key, counter + i)`` with exactly the hash of
 words of the key, 64-bit counter split into low and high 32-bit words), so NumPy and torch give
 the same uint32 values for the same ``(key, counter)``.
 
-Representation: torch has no general unsigned 32-bit arithmetic (``torch.uint32`` lacks
-add and shifts in 2.x), so the words live in **int64 tensors holding values in [0, 2**32)**.
-Right shifts of these non-negative values are logical. The mixer's products never overflow
-int64 (signed overflow is never relied on, on CPU or CUDA): the first constant is below 2**31,
-so ``x * m < 2**63``; the second is used as ``m - 2**32`` (negative), which is the same
-number mod 2**32 and keeps ``|x * (m - 2**32)| < 2**63``. Masking with ``0xFFFFFFFF`` then
-leaves exactly the low 32 bits of ``x * m`` (two's complement).
+Representation: torch has no usable unsigned 32-bit arithmetic (``torch.uint32`` lacks add
+and shifts in 2.x, and its multiply is not vectorized), so the mixer runs on **int32 words
+holding the two's complement of the uint32 values**: a logical right shift is the arithmetic
+one masked to its low bits, and a product keeps the low 32 bits of the unsigned product
+(two's-complement wrap-around, what torch's int32 multiply does on every backend: the bit
+identity with NumPy, tested on every run, checks it). Counters are added to ``0..m-1`` in
+blocks that never cross ``2**31``, so that addition does not wrap. Public results
+(:func:`random_bits`, :func:`fill_bits`) are **int64 tensors holding values in [0, 2**32)**;
+:func:`fill_bits32` gives the int32 words themselves, which is what SR rounding consumes.
 
-On the CPU the work is done in cache-sized chunks of ``2**15`` elements with in-place ops:
-full-size int64 temporaries would be memory-bound and about 10x slower, and at this size
-(torch's parallel grain size) each op runs on one thread: on small machines OpenMP's start-up
-per op cost more than a second core gave. Other devices take one chunk.
+On the CPU the work is done in chunks of ``2**18`` elements with in-place ops: per-op
+overhead (microseconds per torch call) dominates smaller chunks, and full-size temporaries
+leave the cache. At this size each op runs on one thread when torch has one (the benchmarks
+run one thread: on small, busy machines OpenMP's hand-offs cost more than a second core
+gave). Other devices take one chunk.
 
 Key derivation (:func:`fold_in`, :func:`split_key`, :func:`as_key`) is host-side Python-int
 work and is re-exported from :mod:`ecosim.rng` unchanged.
@@ -36,61 +39,103 @@ __all__ = ["random_bits", "fold_in", "split_key", "as_key"]
 _MASK32 = 0xFFFFFFFF
 
 
-# lowbias32 constants; the second as its negative representative mod 2**32 (see above).
-_M32A = 0x7FEB352D
-_M32B_NEG = 0x846CA68B - (1 << 32)
-_CPU_CHUNK = 1 << 15
+def _s32(v: int) -> int:
+    """The int32 value with the low 32 bits of ``v`` (two's complement)."""
+    v &= _MASK32
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+# lowbias32 constants, as int32 values with their bits.
+_M32A = _s32(0x7FEB352D)
+_M32B = _s32(0x846CA68B)
+_CPU_CHUNK = 1 << 15  # elements per chunk of int64 work elsewhere (ecosim.torch.quantizer)
+_CPU_BITS_CHUNK = 1 << 18  # elements per chunk of int32 work (the mixer, the rounding kernel)
 
 
 def _mix32(x: torch.Tensor, t: torch.Tensor) -> None:
-    """lowbias32 (C. Wellons), the mixer of :func:`ecosim.rng._mix32`, in place on int64 words.
+    """lowbias32 (C. Wellons), the mixer of :func:`ecosim.rng._mix32`, in place on int32 words.
 
-    ``t`` is scratch space of the same size.
+    ``t`` is scratch space of the same size. ``(x >> s) & (2**(32-s) - 1)`` is the logical
+    shift of the uint32 word.
     """
     torch.bitwise_right_shift(x, 16, out=t)
+    t &= 0xFFFF
     x ^= t
-    x *= _M32A  # < 2**63
-    x &= _MASK32
+    x *= _M32A
     torch.bitwise_right_shift(x, 15, out=t)
+    t &= 0x1FFFF
     x ^= t
-    x *= _M32B_NEG  # > -2**63; the same low 32 bits as x * 0x846CA68B
-    x &= _MASK32
+    x *= _M32B
     torch.bitwise_right_shift(x, 16, out=t)
+    t &= 0xFFFF
     x ^= t
 
 
 def chunk_size(device: torch.device, n: int) -> int:
-    """Elements per chunk: cache-sized on the CPU, everything at once elsewhere."""
+    """Elements per chunk of int64 work: cache-sized on the CPU, everything at once elsewhere."""
     return _CPU_CHUNK if device.type == "cpu" else max(n, 1)
 
 
-def fill_bits(seed: int, counter: int, out: torch.Tensor, work=None) -> torch.Tensor:
-    """Write the bits of counters ``counter .. counter+out.numel()-1`` (mod 2**64) into ``out``.
+def bits_chunk_size(device: torch.device, n: int) -> int:
+    """Elements per chunk of int32 work (random bits, rounding): ``2**18`` on the CPU,
+    everything at once elsewhere."""
+    return _CPU_BITS_CHUNK if device.type == "cpu" else max(n, 1)
 
-    ``seed`` is :func:`~ecosim.rng.seed_of` of the key; ``out`` is a contiguous int64 tensor
-    (values in [0, 2**32) on return). As in NumPy, chunks are cut where the high counter word
-    changes, so each uses one constant high-word key. ``work`` (from :func:`make_work`) saves
-    re-allocating work space when called once per chunk.
+
+def _blocks(counter: int, n: int, step: int):
+    """:func:`ecosim.rng.counter_blocks`, also cut where the low word reaches ``2**31``."""
+    for pos, m, lo, hi in counter_blocks(counter, n, step):
+        if lo < 1 << 31 < lo + m:
+            k = (1 << 31) - lo
+            yield pos, k, lo, hi
+            yield pos + k, m - k, 1 << 31, hi
+        else:
+            yield pos, m, lo, hi
+
+
+def fill_bits32(seed: int, counter: int, out: torch.Tensor, work=None) -> torch.Tensor:
+    """Write the words of counters ``counter .. counter+out.numel()-1`` (mod 2**64) into the
+    contiguous int32 ``out``, as the int32 values with the same 32 bits.
+
+    ``seed`` is :func:`~ecosim.rng.seed_of` of the key. As in NumPy, blocks are cut where the
+    high counter word changes, so each uses one constant high-word key. ``work`` (from
+    :func:`make_work`) saves re-allocating work space when called once per chunk.
     """
     out = out.view(-1)
     n = out.numel()
-    k0, k1 = seed & _MASK32, seed >> 32
-    step = chunk_size(out.device, n)
+    k0, k1 = _s32(seed), seed >> 32
+    step = bits_chunk_size(out.device, n)
     base, t = work if work is not None else make_work(out.device, min(n, step))
-    for pos, m, lo, hi in counter_blocks(counter, n, step):
+    for pos, m, lo, hi in _blocks(counter, n, step):
         x = out[pos:pos + m]
-        torch.add(base[:m], lo, out=x)  # < 2**32: the low word does not wrap in a chunk
+        torch.add(base[:m], _s32(lo), out=x)  # the block does not cross 2**31: no wrap
         x ^= k0
         _mix32(x, t[:m])
-        x ^= k1 ^ mix32_int(hi + GOLDEN32)
+        x ^= _s32(k1 ^ mix32_int(hi + GOLDEN32))
         _mix32(x, t[:m])
     return out
 
 
+def fill_bits(seed: int, counter: int, out: torch.Tensor, work=None) -> torch.Tensor:
+    """:func:`fill_bits32` into the contiguous int64 ``out`` (values in [0, 2**32))."""
+    out = out.view(-1)
+    n = out.numel()
+    step = bits_chunk_size(out.device, n)
+    work = work if work is not None else make_work(out.device, min(n, step))
+    x = torch.empty(min(n, step), dtype=torch.int32, device=out.device)
+    for lo in range(0, n, step):
+        hi = min(lo + step, n)
+        fill_bits32(seed, counter + lo, x[:hi - lo], work)
+        out[lo:hi].copy_(x[:hi - lo])
+        out[lo:hi] &= _MASK32
+    return out
+
+
 def make_work(device, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Work space of :func:`fill_bits` for chunks of up to ``n`` values: (0..n-1, buffer)."""
-    return (torch.arange(n, dtype=torch.int64, device=device),
-            torch.empty(n, dtype=torch.int64, device=device))
+    """Work space of :func:`fill_bits32` for chunks of up to ``n`` values: (0..n-1, buffer),
+    int32."""
+    return (torch.arange(n, dtype=torch.int32, device=device),
+            torch.empty(n, dtype=torch.int32, device=device))
 
 
 def random_bits(key, counter: int = 0, size: int | tuple = 1, *, device=None) -> torch.Tensor:

@@ -16,9 +16,13 @@ flush-to-zero mode of the device can change a result. Half-precision inputs and 
 converted through bit patterns where torch's own casts differ from NumPy's (NaN payloads and
 signs), and plain casts only where they are exact.
 
-Performance: on the CPU the kernel runs on cache-sized chunks (as NumPy does); elsewhere the
-whole tensor is one chunk. Random bits for ``key=`` come from :mod:`ecosim.torch.rng`, element
-``i`` (C order) using counter ``counter + i``, exactly as in NumPy.
+Performance: on the CPU the kernel runs on chunks of ``2**18`` elements (torch's per-op
+overhead of microseconds dominates smaller ones); elsewhere the whole tensor is one chunk. A
+chunk whose magnitudes are all at most the format's max (no NaN, inf or overflow: the common
+case) adds the rounding carry to the bits with their sign and truncates, five in-place int32
+ops for RTN, skipping the overflow, sign and NaN passes; other chunks take the general path.
+Random bits for ``key=`` come from :mod:`ecosim.torch.rng` as int32 words, element ``i`` (C
+order) using counter ``counter + i``, exactly as in NumPy.
 """
 
 from __future__ import annotations
@@ -163,16 +167,20 @@ def _run_chunks(plan: _Plan, b: torch.Tensor, out: torch.Tensor, bits_src) -> No
     """Round chunk by chunk; inputs below the smallest normal are gathered and done at once.
 
     The few elements below the smallest normal take many small integer ops: doing them once for
-    the whole tensor, not once per cache-sized chunk, keeps per-op overhead off the CPU path.
+    the whole tensor, not once per chunk, keeps per-op overhead off the CPU path.
     """
     n = b.numel()
-    step = trng.chunk_size(b.device, n)
-    buf = work = None
-    if bits_src is not None and bits_src[0] == "key":
-        buf = torch.empty(min(n, step), dtype=torch.int64, device=b.device)
-        work = trng.make_work(b.device, min(n, step))
-    small_idx, small_bits = [], []
+    step = trng.bits_chunk_size(b.device, n)
     m = min(n, step)
+    keyed = bits_src is not None and bits_src[0] == "key"
+    narrow = plan.src.mant != 52  # int32 working bits
+    buf = work = None
+    if keyed:
+        # int32 words straight from the mixer for float32 work; int64 [0, 2**32) for float64
+        buf = torch.empty(m, dtype=torch.int32, device=b.device)
+        work = trng.make_work(b.device, m)
+        wide_bits = None if narrow else torch.empty(m, dtype=torch.int64, device=b.device)
+    small_idx, small_bits = [], []
     ws = (torch.empty(m, dtype=b.dtype, device=b.device),
           torch.empty(m, dtype=b.dtype, device=b.device),
           torch.empty(m if bits_src is not None else 0, dtype=torch.int64, device=b.device))
@@ -183,15 +191,17 @@ def _run_chunks(plan: _Plan, b: torch.Tensor, out: torch.Tensor, bits_src) -> No
             if bits_src[0] == "bits":
                 r = bits_src[1][lo:hi]
             else:
-                r = trng.fill_bits(bits_src[1], bits_src[2] + lo, buf[:hi - lo], work)
+                r = trng.fill_bits32(bits_src[1], bits_src[2] + lo, buf[:hi - lo], work)
+                if not narrow:
+                    r = wide_bits[:hi - lo].copy_(r).bitwise_and_(0xFFFFFFFF)
         if not plan.fmt.is_float:
-            _int_kernel(plan, b[lo:hi], out[lo:hi], r)
+            _int_kernel(plan, b[lo:hi], out[lo:hi], None if r is None else _low32(r))
             continue
         idx = _float_kernel(plan, b[lo:hi], out[lo:hi], r, [w[:hi - lo] for w in ws])
         if idx.numel():
             small_idx.append(idx + lo)
             if r is not None:
-                small_bits.append(r.index_select(0, idx))
+                small_bits.append(_low32(r.index_select(0, idx)))
     if small_idx:
         idx = torch.cat(small_idx)
         # index_select/index_copy_: advanced indexing is ~100x slower on multi-threaded CPUs.
@@ -201,6 +211,24 @@ def _run_chunks(plan: _Plan, b: torch.Tensor, out: torch.Tensor, bits_src) -> No
         rs = rs.to(b.dtype)
         _finish(plan, bs, a, rs)
         out.index_copy_(0, idx, rs)
+
+
+def _low32(r: torch.Tensor) -> torch.Tensor:
+    """int64 random words: int32 words (two's complement) as their values in [0, 2**32)."""
+    return r.to(torch.int64) & 0xFFFFFFFF if r.dtype == torch.int32 else r
+
+
+def _below(a: torch.Tensor, bound: int, t: torch.Tensor) -> torch.Tensor:
+    """int64 indices of the non-negative ``a`` below ``bound`` (``t`` is scratch like ``a``).
+
+    On the CPU NumPy's ``flatnonzero`` on a view of the same memory is several times faster
+    than ``torch.nonzero``; the indices are the same.
+    """
+    if a.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(a.numpy() < bound))
+    torch.sub(a, bound, out=t)
+    t >>= 8 * t.element_size() - 1  # integer tests: cheaper than boolean masks
+    return torch.nonzero(t).reshape(-1)
 
 
 # -- bit patterns of the working float ---------------------------------------------------------
@@ -259,22 +287,42 @@ def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws) -> t
     """Rounded bits of the working-float bits ``b`` into ``r`` (ecosim.rounding._float_kernel).
 
     ``ws`` is scratch space: two buffers of ``b``'s size and dtype and one int64 buffer (reused
-    across chunks: fresh CPU temporaries cost a page fault per 4 KiB). Returns the indices of
-    the inputs below the smallest normal, whose ``r`` is not final yet.
+    across chunks: fresh CPU temporaries cost a page fault per 4 KiB). ``rbits`` (SR) are int64
+    words or int32 ones (two's complement of the uint32 words, for float32 work). Returns the
+    indices of the inputs below the smallest normal, whose ``r`` is not final yet.
     """
-    fmt, src = plan.fmt, plan.src
-    sign = _signbit(src.mant == 52)
+    fmt = plan.fmt
+    sign = _signbit(plan.src.mant == 52)
     a, t, u = ws
     torch.bitwise_and(b, ~sign, out=a)  # magnitude bits: monotone in |x|
-    # NaN inputs become inf here, so no carry below can overflow; `a` still knows they are NaN.
-    torch.clamp(a, max=plan.infbits, out=r)
+    amin, amax = (int(v) for v in torch.aminmax(a))
     sh = plan.sh
     lowmask = (1 << sh) - 1
-    if not plan.sr:
-        if sh == 0:
+    if amax <= plan.maxbits and fmt.signed and sh and (plan.sr or fmt.ties == "even"):
+        # No NaN, inf or overflow, so the carry never reaches the sign bit: round the bits
+        # with their sign (`r` is then final wherever the input is at least the smallest
+        # normal), skipping the overflow, sign and NaN rules of _finish.
+        if plan.sr:
+            _sr_addend(plan, rbits, b, t, u)
+            torch.add(b, t, out=r)
+        else:
+            # Ties to even: add half a step minus one, plus the kept part's lowest bit.
+            torch.bitwise_right_shift(b, sh, out=r)
+            r &= 1
+            r += b
+            r += (1 << (sh - 1)) - 1
+        r &= ~lowmask
+    else:
+        # NaN inputs become inf here, so no carry below can overflow; `a` still knows they
+        # are NaN.
+        torch.clamp(a, max=plan.infbits, out=r)
+        if plan.sr:
+            _sr_addend(plan, rbits, r, t, u)
+            r += t
+            r &= ~lowmask
+        elif sh == 0:
             pass
         elif fmt.ties == "even":
-            # Ties to even: add half a step minus one, plus the kept part's lowest bit.
             torch.bitwise_right_shift(r, sh, out=t)
             t &= 1
             r += t
@@ -283,33 +331,46 @@ def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws) -> t
         else:
             r += 1 << (sh - 1)
             r &= ~lowmask
-    else:
-        # Add the top `sh` of the `nbits` random bits and truncate: the count rule of
-        # docs/theory.md §2.2 (proved in ecosim.rounding). The addend is below 2**sh.
-        torch.bitwise_and(rbits, (1 << plan.nbits) - 1, out=u)
-        if plan.nbits >= sh:
-            u >>= plan.nbits - sh
-        else:
-            k = sh - plan.nbits
-            u <<= k
-            if plan.sr_rule == "nearest":
-                # Ties-to-even rounding of the dropped bits to their top nbits (as NumPy's
-                # _sr_addend): bit k of the magnitude plus 2**(k-1) - 1; still below 2**sh.
-                u += (r >> k) & 1
-                u += (1 << (k - 1)) - 1
-        t.copy_(u)
-        r += t
-        r &= ~lowmask
-
-    _finish(plan, b, a, r, t)
+        _finish(plan, b, a, r, t)
     # Below the smallest normal: a uniform grid (subnormals, flush-to-zero, or no zero at all),
-    # done by the caller on these indices. (Integer tests and reductions here: on the CPU they
-    # are several times cheaper than boolean masks.)
-    if int(a.min()) >= plan.minnorm:
+    # done by the caller on these indices.
+    if amin >= plan.minnorm:
         return a.new_empty(0, dtype=torch.int64)
-    torch.sub(a, plan.minnorm, out=t)
-    t >>= 8 * t.element_size() - 1
-    return torch.nonzero(t).reshape(-1)
+    return _below(a, plan.minnorm, t)
+
+
+def _sr_addend(plan: _Plan, rbits: torch.Tensor, r: torch.Tensor, t: torch.Tensor,
+               u: torch.Tensor) -> None:
+    """Write into ``t`` what SR adds to the bits ``r`` (magnitude, or with the sign) before
+    truncating ``plan.sh`` bits (ecosim.rounding._sr_addend).
+
+    The top ``sh`` of the ``nbits`` random bits: the count rule of docs/theory.md §2.2 (proved
+    in ecosim.rounding); with ``sr_rule="nearest"`` and ``k = sh - nbits > 0`` also
+    ``2**(k-1) - 1`` plus bit ``k`` of ``r``. The addend is below ``2**sh``. ``u`` is int64
+    scratch space, used for int64 words.
+    """
+    sh, nb = plan.sh, plan.nbits
+    if rbits.dtype == torch.int32:
+        # The words' two's complement: the low nbits of the uint32 word, shifted logically.
+        if nb >= sh:
+            torch.bitwise_right_shift(rbits, nb - sh, out=t)
+            t &= (1 << sh) - 1
+        else:
+            torch.bitwise_and(rbits, (1 << nb) - 1, out=t)
+            t <<= sh - nb
+    else:
+        torch.bitwise_and(rbits, (1 << nb) - 1, out=u)
+        if nb >= sh:
+            u >>= nb - sh
+        else:
+            u <<= sh - nb
+        t.copy_(u)
+    if nb < sh and plan.sr_rule == "nearest":
+        # Ties-to-even rounding of the dropped bits to their top nbits (as NumPy's
+        # _sr_addend): bit k of the magnitude plus 2**(k-1) - 1; still below 2**sh.
+        k = sh - nb
+        t += (r >> k) & 1
+        t += (1 << (k - 1)) - 1
 
 
 def _finish(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor, t=None) -> None:
