@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from ecosim import dqt_claims, memory
 from ecosim import experiments as E
+from ecosim import memory
+from ecosim.claims import dqt as dqt_claims
 from ecosim.experiments.dqt import DQTConfig, make_optimizer, methods
 from ecosim.problems import MLP, DataBatch, QuantizedForward, bitnet_quantizers
 from ecosim.quantizer import Quantizer

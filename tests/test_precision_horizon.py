@@ -1,5 +1,5 @@
 """Precision against horizon: the theory's error terms (ecosim.horizon), the mantissa search,
-the verdicts (ecosim.horizon_claims) and the experiment on a tiny config."""
+the verdicts (ecosim.claims.horizon) and the experiment on a tiny config."""
 from __future__ import annotations
 
 import math
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from ecosim import horizon as H
-from ecosim import horizon_claims as HC
 from ecosim import theory
+from ecosim.claims import horizon as HC
 from ecosim.experiments.precision_horizon import (PrecisionHorizonConfig, buffers_for,
                                                   smallest_fine)
 

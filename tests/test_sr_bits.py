@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ecosim.experiments.floor import simulate_floor
-from ecosim.figures.sr_bits import FLOOR_TOLERANCE, summarise
+from ecosim.claims.sr_bits import FLOOR_TOLERANCE, summarise
 
 
 def _results(quad, mlp):

@@ -1,7 +1,7 @@
 """Figures ``dqt`` and ``dqt_claims``: DQT (Zhao et al., arXiv 2412.04787) on the MLP.
 
 Both read the ``dqt`` experiment (:mod:`ecosim.experiments.dqt`); every number, outcome and
-verdict comes from :mod:`ecosim.dqt_claims`, these functions only draw. ``dqt`` writes the
+verdict comes from :mod:`ecosim.claims.dqt`, these functions only draw. ``dqt`` writes the
 paired-gap table as ``dqt.md``, ``dqt_claims`` the claims table as ``dqt_claims.md``.
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
-from .. import dqt_claims
-from ..dqt_claims import method_label, outcomes, summary
+from ..claims import dqt as dqt_claims
+from ..claims.dqt import method_label, outcomes, summary
 from . import style
 from .base import figure
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.lines import Line2D
 
-from .. import horizon_claims
+from ..claims import horizon as horizon_claims
 from . import style
 from .base import figure
 

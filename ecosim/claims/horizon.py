@@ -35,7 +35,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .horizon import ERROR_ORDERS
+from ..horizon import ERROR_ORDERS
 
 __all__ = ["NAMED_WIDTHS", "PROBE_CLAIM", "width_verdicts", "divergence_verdict",
            "slope_verdicts", "b2_verdicts", "verdicts", "markdown_table", "series_slopes"]

@@ -7,21 +7,18 @@ verdict decided by an explicit criterion.
 :func:`claims_markdown` renders the verdicts as the table the README quotes. Every number is
 computed here from the runs; nothing is typed in. The criteria are fixed in this module
 (``TOL_*`` and ``MAX_*``/``MIN_*`` constants), so a verdict changes only when a run does. The
-figure :mod:`ecosim.figures.claims` draws the claims' points; it decides nothing.
+figure :mod:`ecosim.figures.claims` draws the claims' points (each claim's ``points``:
+``(row label, measured, standard error, predicted, marker key)``); it decides nothing.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from . import theory
+from .. import theory
+from .table import Claim, markdown, verdict_of
 
 __all__ = ["HEADER", "TOL_CLOSED_FORM", "TOL_ETA_LAW", "TOL_FP8_PARTLY", "TOL_GROWTH_ECO",
-           "TOL_GROWTH_NAIVE", "Claim", "claims_markdown", "evaluate",
-           "EQUIV_MARGIN", "LM_BASE", "LM_LEVEL", "LM_ORDERINGS", "STALL_FROM",
-           "STALL_MIN_DROP", "STALL_RATIO", "lm_cells", "lm_orderings", "lm_outcomes",
-           "t_interval"]
+           "TOL_GROWTH_NAIVE", "Claim", "claims_markdown", "evaluate"]
 
 TOL_CLOSED_FORM = 0.05    # uniform-grid SR floors vs the closed forms (issue 4's 5%)
 TOL_FP8_PARTLY = 0.15     # FP8 E4M3: "partly" when beyond 5% but within this
@@ -38,24 +35,6 @@ MAX_COS_SR = 0.1          # ... SR "decorrelates"
 HEADER = ("claim", "theory (docs/theory.md §5)", "measured", "holds?")
 
 _SCHEMES = ("master", "naive", "eco")
-
-
-@dataclasses.dataclass
-class Claim:
-    """One row of the table and the points it contributes to the figure."""
-
-    number: int
-    claim: str
-    theory: str
-    measured: str
-    verdict: str          # "yes", "partly" or "no"
-    criterion: str
-    # (row label, measured, standard error, predicted, marker key)
-    points: list = dataclasses.field(default_factory=list)
-
-    def row(self) -> tuple[str, str, str, str]:
-        return (f"({self.number}) {self.claim}", self.theory, self.measured,
-                f"**{self.verdict}**: {self.criterion}")
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -99,20 +78,13 @@ def _pct(dev) -> str:
     return f"{p:+.1f}%" if abs(p) >= 1 else f"{p:+.2g}%"
 
 
-def _verdict(passed) -> str:
-    passed = list(passed)
-    if all(passed):
-        return "yes"
-    return "partly" if any(passed) else "no"
-
-
 def _conditions(conds) -> tuple[str, str]:
     """Verdict and criterion text from named conditions ``[(text, [bool, ...]), ...]``: each
     condition is shown with how many of its cases were met; yes when all are, partly when
     some are, no when none is."""
     flat = [bool(x) for _, oks in conds for x in oks]
     text = "; ".join(f"{t} [{sum(map(bool, oks))}/{len(oks)}]" for t, oks in conds)
-    return _verdict(flat), f"{text} (yes: all met; partly: some)"
+    return verdict_of(flat), f"{text} (yes: all met; partly: some)"
 
 
 def _sel(run, **where) -> np.ndarray:
@@ -167,7 +139,7 @@ def _claim_floors(floor) -> Claim:
         f"({floor['unit_scheme'][wi]}, β={_g(floor['unit_beta'][wi])}, "
         f"η={_g(floor['unit_lr'][wi])}; {z:+.1f} SE); {int(np.sum(np.abs(zs) <= 2))}/{rows.size} "
         "within 2 SE. Mean deviation: " + ", ".join(means),
-        _verdict(within),
+        verdict_of(within),
         f"{int(within.sum())}/{rows.size} runs within {100 * TOL_CLOSED_FORM:g}% of their "
         "closed form (yes: all; partly: some)",
         pts)
@@ -196,7 +168,7 @@ def _claim_beta_factor(beta_factor) -> Claim:
         f"real SR, uniform grid, η={_g(lr)}: " + "; ".join(per_beta)
         + f". Worst deviation from 1/(1−β²): {_pct(dev[np.argmax(np.abs(dev))])}; from the "
         f"exact ratio: {float(np.max(np.abs(z_exact))):.1f} SE at most",
-        _verdict(within),
+        verdict_of(within),
         f"{int(within.sum())}/{sel.size} betas within {100 * TOL_CLOSED_FORM:g}% of 1/(1−β²) "
         "(yes: all; partly: some)",
         pts)
@@ -220,7 +192,7 @@ def _claim_eta_law(floor) -> Claim:
         "naive's normalised floor ≈ 1/(2Lη), so 2Lη × floor → 1 as η → 0 "
         f"(closed form at η={_g(lr)}: {'; '.join(theo)})",
         f"real SR, uniform grid, η={_g(lr)}: 2Lη × floor = " + "; ".join(meas),
-        _verdict(ok),
+        verdict_of(ok),
         f"{sum(ok)}/{len(ok)} betas within {100 * TOL_ETA_LAW:g}% of 1 (yes: all; partly: some)",
         pts)
 
@@ -428,224 +400,4 @@ def evaluate(floor, floor_additive, beta_factor, naive_decay, rtn_stall,
 
 def claims_markdown(items: list[Claim]) -> str:
     """The claims as a GitHub markdown table (no ``|`` inside a cell)."""
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    for c in items:
-        cells = c.row()
-        for cell in cells:
-            if "|" in cell or "\n" in cell:
-                raise ValueError(f"claim {c.number}: a cell may not hold '|' or a newline: "
-                                 f"{cell!r}")
-        lines.append("| " + " | ".join(cells) + " |")
-    n = {v: sum(c.verdict == v for c in items) for v in ("yes", "partly", "no")}
-    lines.append("")
-    lines.append(f"{n['yes']} of {len(items)} claims hold, {n['partly']} partly, {n['no']} not "
-                 "(criteria in the last column; numbers from the runs behind figures 2-6).")
-    return "\n".join(lines)
-
-
-# -- Table 1 on a language model: paired gaps, outcomes and the paper's orderings -------------
-# Used by the figures lm_table and lm_pareto (ecosim.figures.lm), which only draw what these
-# functions decide. Results are the columns of the ``lm`` experiment
-# (ecosim.experiments.lm.records_to_results): method, seed, diverged, val_loss, steps,
-# curve_step and curve_val, one row per run.
-
-LM_LEVEL = 0.95          # two-sided level of the t-intervals
-LM_BASE = "bf16_master"  # gaps are paired to this method (BF16 weights with an FP32 master)
-STALL_FROM = 0.5         # the stall window: the evaluations from this fraction of the steps on
-STALL_RATIO = 0.25       # stalled: fell by less than this fraction of the baseline's fall ...
-STALL_MIN_DROP = 0.01    # ... over the window, while the baseline fell by more than this (nats)
-EQUIV_MARGIN = 0.01      # "A ~ B" holds when the 95% interval of A - B lies within +- this
-
-#: The orderings of the paper's Table 1 (30M-800M, C4) checked on the runs:
-#: (method A, relation, method B, what the paper measured). ``<``: A ends below B;
-#: ``~``: A and B end within :data:`EQUIV_MARGIN`.
-LM_ORDERINGS = (
-    ("fp8_master_rtn", "~", "bf16_master", "+0.001 to +0.005"),
-    ("fp8_eco_sr", "~", "bf16_master", "+0.008 to +0.009"),
-    ("fp8_eco_sr", "<", "fp8_naive_sr", "-0.069 to -0.41"),
-    ("fp8_eco_sr", "<", "fp8_eco_rtn", "-0.014 to -0.069"),
-    ("fp8_eco_rtn", "<", "fp8_naive_rtn", "naive+RTN diverged at every size"),
-    ("fp8_naive_sr", "<", "fp8_naive_rtn", "naive+RTN diverged at every size"),
-)
-
-
-def t_interval(x, level: float = LM_LEVEL) -> dict:
-    """Mean and two-sided Student-t interval of a sample (e.g. paired per-seed gaps).
-
-    Args:
-        x: the sample (1-D; NaN is an error: drop failed runs first).
-        level: the interval's coverage, in (0, 1).
-
-    Returns:
-        ``{"n", "mean", "sd", "se", "lo", "hi"}``: ``sd`` with ``ddof=1``, ``se = sd/sqrt(n)``
-        and ``[lo, hi] = mean -+ t_{(1+level)/2, n-1} se``; the spread fields are NaN below two
-        values (and everything is NaN for an empty sample).
-
-    Example:
-        >>> d = t_interval([1.0, 2.0, 3.0])
-        >>> d["mean"], d["se"], round(d["hi"], 4)
-        (2.0, 0.5773502691896258, 4.4841)
-    """
-    from scipy import stats
-
-    a = np.asarray(x, dtype=np.float64)
-    if a.ndim != 1:
-        raise ValueError(f"t_interval needs a 1-D sample, got shape {a.shape}")
-    if not np.all(np.isfinite(a)):
-        raise ValueError("t_interval needs finite values; leave diverged or stalled runs out")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    n = int(a.size)
-    nan = float("nan")
-    if n == 0:
-        return {"n": 0, "mean": nan, "sd": nan, "se": nan, "lo": nan, "hi": nan}
-    mean = float(a.mean())
-    if n < 2:
-        return {"n": 1, "mean": mean, "sd": nan, "se": nan, "lo": nan, "hi": nan}
-    sd = float(a.std(ddof=1))
-    se = sd / float(np.sqrt(n))
-    h = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
-    return {"n": n, "mean": mean, "sd": sd, "se": se, "lo": mean - h, "hi": mean + h}
-
-
-def _groups(r, group) -> np.ndarray:
-    n = len(r["method"])
-    g = np.zeros(n, dtype=np.int64) if group is None else np.asarray(group)
-    if g.shape != (n,):
-        raise ValueError(f"group needs one entry per run ({n}), got shape {g.shape}")
-    return g
-
-
-def _window_drop(steps: np.ndarray, val: np.ndarray, total: int) -> float:
-    """How far the validation loss fell over the stall window (NaN: under two points)."""
-    ok = np.isfinite(steps) & np.isfinite(val) & (steps >= STALL_FROM * total)
-    if ok.sum() < 2:
-        return float("nan")
-    v = val[ok][np.argsort(steps[ok])]
-    return float(v[0] - v[-1])
-
-
-def lm_outcomes(r, group=None, base: str = LM_BASE) -> np.ndarray:
-    """Each run's outcome: ``"trained"``, ``"diverged"`` or ``"stalled"``.
-
-    ``diverged``: the run stopped on a non-finite or exploding loss (its ``diverged`` flag) or
-    ended with a non-finite validation loss. ``stalled``: over the stall window (the
-    evaluations at steps ``>= STALL_FROM * steps``, first to last) the run's validation loss
-    fell by less than ``STALL_RATIO`` times what the same seed's ``base`` run (same group)
-    fell, while that fell by more than ``STALL_MIN_DROP`` nats: flat while the baseline still
-    learns. A run whose seed has no trained ``base`` run, and ``base``'s own runs, are judged
-    on divergence only.
-
-    Args:
-        r: the ``lm`` experiment's result columns.
-        group: comparable groups of runs (one label per row; None: all one group).
-        base: the reference method.
-    """
-    g = _groups(r, group)
-    method = np.asarray(r["method"]).astype(str)
-    seed = np.asarray(r["seed"]).astype(np.int64)
-    div = np.asarray(r["diverged"]).astype(bool) | ~np.isfinite(
-        np.asarray(r["val_loss"], dtype=np.float64))
-    out = np.where(div, "diverged", "trained").astype(object)
-    ref = {(g[j], seed[j]): j for j in np.flatnonzero((method == base) & ~div)}
-    for i in np.flatnonzero(~div & (method != base)):
-        j = ref.get((g[i], seed[i]))
-        if j is None:
-            continue
-        total = int(r["steps"][i])
-        mine = _window_drop(r["curve_step"][i], r["curve_val"][i], total)
-        theirs = _window_drop(r["curve_step"][j], r["curve_val"][j], total)
-        if theirs > STALL_MIN_DROP and mine < STALL_RATIO * theirs:
-            out[i] = "stalled"
-    return out.astype(str)
-
-
-def _paired(r, g, oc, c, a: str, b: str) -> tuple[np.ndarray, list[int]]:
-    """Per-seed ``val_loss(a) - val_loss(b)`` in group ``c`` over seeds where both trained."""
-    def trained(m):
-        rows = np.flatnonzero((g == c) & (np.asarray(r["method"]).astype(str) == m)
-                              & (oc == "trained"))
-        return {int(r["seed"][i]): float(r["val_loss"][i]) for i in rows}
-    x, y = trained(a), trained(b)
-    seeds = sorted(set(x) & set(y))
-    return np.array([x[s] - y[s] for s in seeds]), seeds
-
-
-def lm_cells(r, group=None, base: str = LM_BASE) -> dict:
-    """Table 1's cells: per (group, method), the outcomes and the paired gap to ``base``.
-
-    Returns:
-        ``{(group, method): cell}``, each cell a dict: ``n`` (runs), ``outcomes`` (count per
-        outcome), ``loss`` (:func:`t_interval` of the trained runs' validation losses),
-        ``gap`` (:func:`t_interval` of the per-seed gaps ``val_loss - base's`` over the seeds
-        where both trained; empty for ``base``), ``seeds`` (those seeds) and ``unpaired``
-        (trained seeds without a trained ``base`` run). Diverged and stalled runs enter no
-        mean.
-    """
-    g = _groups(r, group)
-    oc = lm_outcomes(r, g, base)
-    method = np.asarray(r["method"]).astype(str)
-    out = {}
-    for c in sorted(set(g.tolist())):
-        for m in dict.fromkeys(method[g == c]):
-            rows = np.flatnonzero((g == c) & (method == m))
-            ok = rows[oc[rows] == "trained"]
-            counts = {k: int((oc[rows] == k).sum()) for k in ("trained", "stalled", "diverged")}
-            gap, seeds = (_paired(r, g, oc, c, m, base) if m != base else (np.zeros(0), []))
-            trained_seeds = {int(r["seed"][i]) for i in ok}
-            out[c, m] = {"n": int(rows.size), "outcomes": counts,
-                         "loss": t_interval(np.asarray(r["val_loss"], dtype=np.float64)[ok]),
-                         "gap": t_interval(gap), "seeds": seeds,
-                         "unpaired": sorted(trained_seeds - set(seeds)) if m != base else []}
-    return out
-
-
-def lm_orderings(r, group=None, orderings=LM_ORDERINGS, base: str = LM_BASE) -> list[dict]:
-    """The paper's orderings judged on the runs of each group.
-
-    ``A < B`` holds when the 95% t-interval of the per-seed ``val_loss(A) - val_loss(B)`` (seeds
-    where both trained) lies below 0 and is ``reversed`` when it lies above; with every run of
-    A trained and every run of B stalled or diverged it holds by outcome (and the other way
-    round is reversed). ``A ~ B`` holds when the interval lies within +-:data:`EQUIV_MARGIN`
-    and ``does not hold`` when it lies outside, or when every run of one of them failed and
-    every run of the other trained. Anything else (an interval across the bound,
-    fewer than two pairs) is ``not resolved``.
-
-    Returns:
-        One dict per (group, ordering): ``group``, ``a``, ``rel``, ``b``, ``paper``,
-        ``verdict``, ``how`` (``"interval"`` or ``"outcome"``), ``failed`` (by outcome: which
-        of ``"a"``, ``"b"`` failed on every seed; else ``""``) and ``diff``
-        (:func:`t_interval` of the paired differences).
-    """
-    g = _groups(r, group)
-    oc = lm_outcomes(r, g, base)
-    method = np.asarray(r["method"]).astype(str)
-    out = []
-    for c in sorted(set(g.tolist())):
-        for a, rel, b, paper in orderings:
-            ra = np.flatnonzero((g == c) & (method == a))
-            rb = np.flatnonzero((g == c) & (method == b))
-            if not (ra.size and rb.size):
-                continue
-            if rel not in ("<", "~"):
-                raise ValueError(f"ordering relation must be '<' or '~', got {rel!r}")
-            diff = t_interval(_paired(r, g, oc, c, a, b)[0])
-            fa, fb = (oc[ra] != "trained"), (oc[rb] != "trained")
-            how, verdict = "interval", "not resolved"
-            if rel == "<" and not fa.any() and fb.all():
-                how, verdict = "outcome", "holds"
-            elif rel == "<" and fa.all() and not fb.any():
-                how, verdict = "outcome", "reversed"
-            elif rel == "~" and fa.all() != fb.all() and not (fa.any() and fb.any()):
-                how, verdict = "outcome", "does not hold"  # one failed on every seed
-            elif diff["n"] >= 2 and rel == "<":
-                verdict = ("holds" if diff["hi"] < 0 else "reversed" if diff["lo"] > 0
-                           else "not resolved")
-            elif diff["n"] >= 2:
-                inside = -EQUIV_MARGIN <= diff["lo"] and diff["hi"] <= EQUIV_MARGIN
-                outside = diff["lo"] > EQUIV_MARGIN or diff["hi"] < -EQUIV_MARGIN
-                verdict = "holds" if inside else "does not hold" if outside else "not resolved"
-            failed = ("a" if fa.all() else "b" if fb.all() else "") if how == "outcome" else ""
-            out.append({"group": c, "a": a, "rel": rel, "b": b, "paper": paper,
-                        "verdict": verdict, "how": how, "failed": failed, "diff": diff})
-    return out
+    return markdown(items, HEADER, "yes", "; numbers from the runs behind figures 2-6")

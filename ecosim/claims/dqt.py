@@ -22,7 +22,8 @@ import math
 
 import numpy as np
 
-from .claims import Claim, t_interval
+from .stats import LEVEL, t_interval
+from .table import Claim, markdown, verdict_of
 
 __all__ = ["STALL_FRACTION", "TOL_COMPETITIVE", "TOL_STATES", "MIN_KEPT", "MIN_KEPT_PARTLY",
            "OUTCOMES", "outcomes", "paired_gap", "method_label", "summary", "evaluate",
@@ -34,7 +35,6 @@ TOL_STATES = 0.02         # (3) "costs little": gap within 2% of DQT's FP32-stat
 MIN_KEPT = 0.9            # (4) ternary inference keeps >= 90% of the loss reduction ...
 MIN_KEPT_PARTLY = 0.5     # ... partly when >= 50%
 OUTCOMES = ("trained", "stalled", "diverged")
-LEVEL = 0.95
 
 _BITS_LABEL = {"ternary": "ternary", "int2": "INT2", "int4": "INT4", "int8": "INT8"}
 
@@ -84,11 +84,6 @@ def outcomes(run) -> np.ndarray:
     return np.array(out)
 
 
-def _interval(x: np.ndarray) -> dict:
-    """Mean, standard error, 95% t-interval of a sample (:func:`ecosim.claims.t_interval`)."""
-    return t_interval(x, LEVEL)
-
-
 def paired_gap(run, method: str, base: str, *, value: str = "final_val_loss",
                base_value: str | None = None, accept: tuple[str, ...] = ("trained",)) -> dict:
     """``value(method) - base_value(base)`` over the seeds where both runs trained.
@@ -113,7 +108,7 @@ def paired_gap(run, method: str, base: str, *, value: str = "final_val_loss",
             gaps.append(float(run[value][i]) - float(run[base_value][j]))
             seeds.append(s)
     gaps = np.array(gaps)
-    return {**_interval(gaps), "gaps": gaps, "seeds": np.array(seeds, np.int64)}
+    return {**t_interval(gaps, LEVEL), "gaps": gaps, "seeds": np.array(seeds, np.int64)}
 
 
 def summary(run) -> list[dict]:
@@ -148,11 +143,6 @@ def _counts(run, method: str) -> str:
     return ", ".join(parts)
 
 
-def _verdict(flags) -> str:
-    flags = [bool(f) for f in flags]
-    return "holds" if all(flags) else ("partly" if any(flags) else "no")
-
-
 def _claim_converges(run, cfg) -> Claim:
     oc = outcomes(run)
     parts, flags, pts = [], [], []
@@ -170,7 +160,7 @@ def _claim_converges(run, cfg) -> Claim:
         "with ternary weights",
         "final validation loss of DQT+SR minus FP32 AdamW, paired by seed, mean [95% "
         "t-interval]: " + "; ".join(parts),
-        _verdict(flags),
+        verdict_of(flags, "holds"),
         f"every seed of every grid trained (did not diverge, and covered at least "
         f"{100 * STALL_FRACTION:g}% of the way from its initial loss to FP32's final loss): "
         f"{sum(flags)}/{len(flags)} grids "
@@ -222,7 +212,7 @@ def _claim_states(run, cfg) -> Claim:
         "moving DQT from FP32 to BF16 or FP8 environments degrades the loss only slightly",
         f"DQT {_BITS_LABEL[cfg.states_bits]} SR with both AdamW moments stored in the format "
         "minus the same with FP32 moments: " + "; ".join(parts),
-        _verdict(flags),
+        verdict_of(flags, "holds"),
         f"all seeds trained and the interval's upper end ≤ {100 * TOL_STATES:g}% of the "
         f"FP32-state loss (= {tol:.4f}): {sum(flags)}/{len(flags)} formats (holds: all; "
         "partly: some)",
@@ -242,7 +232,7 @@ def _claim_ternary_inference(run, cfg) -> Claim:
             continue
         init, fin = float(run["init_val_loss"][j]), float(run["final_val_loss"][j])
         kept.append((init - float(run["final_val_loss"][i])) / (init - fin))
-    k = _interval(np.array(kept))
+    k = t_interval(np.array(kept), LEVEL)
     if k["n"] >= 2 and k["lo"] >= MIN_KEPT:
         verdict = "holds"
     elif k["n"] >= 1 and k["mean"] >= MIN_KEPT_PARTLY:
@@ -276,17 +266,8 @@ def evaluate(run) -> list[Claim]:
 
 def claims_markdown(items: list[Claim]) -> str:
     """The claims as a markdown table (the README quotes it)."""
-    header = ("claim (Zhao et al., arXiv 2412.04787)", "paper", "measured here", "verdict")
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for c in items:
-        cells = c.row()
-        if any("|" in x or "\n" in x for x in cells):
-            raise ValueError(f"claim {c.number}: a cell may not hold '|' or a newline")
-        lines.append("| " + " | ".join(cells) + " |")
-    n = {v: sum(c.verdict == v for c in items) for v in ("holds", "partly", "no")}
-    lines += ["", f"{n['holds']} of {len(items)} claims hold, {n['partly']} partly, {n['no']} "
-              "not (criteria in the last column)."]
-    return "\n".join(lines)
+    return markdown(items, ("claim (Zhao et al., arXiv 2412.04787)", "paper", "measured here",
+                            "verdict"), "holds")
 
 
 def gap_table_markdown(run) -> str:

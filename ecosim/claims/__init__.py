@@ -1,0 +1,35 @@
+"""Verdicts: the claims of the papers and of docs/theory.md judged on the runs.
+
+Figures only draw; what a number means (an outcome, a paired gap, whether a claim holds) is
+decided here, by criteria fixed as module constants, so a verdict changes only when a run does.
+
+* :mod:`.stats`: Student-t intervals of paired differences (:func:`t_interval`) and the sign
+  verdict read off one (:func:`~.stats.sign_verdict`);
+* :mod:`.table`: a claim as a table row (:class:`Claim`) and the markdown table of several;
+* :mod:`.theory`: docs/theory.md §5's eight claims on the theory experiments (:func:`evaluate`,
+  :func:`claims_markdown`; figure ``claims``);
+* :mod:`.lm`: Table 1 on the language model: outcomes, cells and the paper's orderings
+  (:func:`lm_outcomes`, :func:`lm_cells`, :func:`lm_orderings`; figures ``lm_table``,
+  ``lm_pareto``);
+* :mod:`.dqt`: DQT's four claims (figures ``dqt``, ``dqt_claims``);
+* :mod:`.horizon`: precision against horizon (figure ``precision_horizon``);
+* :mod:`.sr_bits`: few-bit stochastic rounding (figure ``sr_bits``).
+
+The names below are those of the theory and LM verdicts; the others are reached through their
+module (``ecosim.claims.dqt.evaluate``).
+"""
+from __future__ import annotations
+
+from . import dqt, horizon, lm, sr_bits, stats, table, theory  # noqa: F401
+from .lm import (EQUIV_MARGIN, LM_BASE, LM_LEVEL, LM_ORDERINGS, STALL_FROM, STALL_MIN_DROP,
+                 STALL_RATIO, lm_cells, lm_orderings, lm_outcomes)
+from .stats import t_interval
+from .table import Claim
+from .theory import (HEADER, TOL_CLOSED_FORM, TOL_ETA_LAW, TOL_FP8_PARTLY, TOL_GROWTH_ECO,
+                     TOL_GROWTH_NAIVE, claims_markdown, evaluate)
+
+__all__ = ["HEADER", "TOL_CLOSED_FORM", "TOL_ETA_LAW", "TOL_FP8_PARTLY", "TOL_GROWTH_ECO",
+           "TOL_GROWTH_NAIVE", "Claim", "claims_markdown", "evaluate",
+           "EQUIV_MARGIN", "LM_BASE", "LM_LEVEL", "LM_ORDERINGS", "STALL_FROM",
+           "STALL_MIN_DROP", "STALL_RATIO", "lm_cells", "lm_orderings", "lm_outcomes",
+           "t_interval"]
