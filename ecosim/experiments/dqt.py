@@ -39,7 +39,7 @@ One seed fixes the initial weights, the mini-batch order and the SR draws of eve
 (paired by seed). Each unit records what :func:`~ecosim.experiments.mlp_methods.run_training`
 returns (curve, final and initial validation loss, divergence) and the static bytes per
 parameter of the optimizer (:func:`ecosim.memory.bytes_per_param`). Judging the claims
-(outcomes, paired gaps, intervals, verdicts) is :mod:`ecosim.dqt_claims`'s job.
+(outcomes, paired gaps, intervals, verdicts) is :mod:`ecosim.claims.dqt`'s job.
 
 Cost at the default config: 16 methods x 4 seeds of 1000 steps, about 130 CPU-seconds
 (measured under load on a 2-core machine; 145 with the RTN rows of INT2 and INT4 added).
@@ -55,9 +55,9 @@ from .. import memory, recipes, rng
 from ..optim import adamw, dqt as dqt_optimizer
 from ..problems import QuantizedForward, bitnet_quantizers
 from ..quantizer import Quantizer
-from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
-                   nonempty, one_of, positive)
+from .base import at_least, distinct, experiment, non_negative, nonempty, one_of, positive
 from .mlp_methods import make_problem, run_training
+from .mlp_recipe import MLPRecipe
 
 __all__ = ["DQTConfig", "BITS", "methods", "make_optimizer"]
 
@@ -66,23 +66,14 @@ BITS = {"ternary": "ternary", "int2": 2, "int4": 4, "int8": 8}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class DQTConfig(Config):
+class DQTConfig(MLPRecipe):
     """DQT against FP32 AdamW, BitNet b1.58 and ECO on the MLP (see the module docstring)."""
 
     width: int = 32                                # hidden width
     depth: int = 2                                 # hidden layers
-    seeds: int = 4
     steps: int = 1000
     lr: float = 3e-3                               # peak of warmup + cosine
-    b1: float = recipes.BETAS[0]
-    b2: float = recipes.BETAS[1]
-    eps: float = recipes.EPS
     weight_decay: float = 0.0
-    batch_size: int = 8
-    n_train: int = 2048
-    n_val: int = 512
-    noise: float = 0.3
-    data_key: int = 0
     bits: tuple[str, ...] = ("ternary", "int2", "int4", "int8")   # DQT grids
     rtn_bits: tuple[str, ...] = ("ternary", "int8")  # DQT with RTN, for contrast
     eco_bits: tuple[str, ...] = ("ternary", "int2", "int4", "int8")  # ECO+SR on these grids
@@ -92,26 +83,15 @@ class DQTConfig(Config):
     state_formats: tuple[str, ...] = ("bf16", "e4m3")               # m and v stored in these
     act_bits: int = 8                              # BitNet's activation bits
     log_every: int = 25
-    stop_factor: float = 10.0                      # stop a run whose val loss exceeds this x init
-    key: int = 0
     SMOKE: ClassVar[dict] = {"width": 8, "seeds": 2, "steps": 30, "n_train": 128, "n_val": 64,
                              "log_every": 10, "lr": 1e-2}
     CHECKS: ClassVar[dict] = {
-        "width": at_least(1), "depth": at_least(1), "seeds": at_least(2), "steps": at_least(1),
-        "lr": positive, "b1": interval("(0, 1)"), "b2": interval("[0, 1)"), "eps": positive,
-        "weight_decay": non_negative, "batch_size": at_least(1), "n_train": at_least(1),
-        "n_val": at_least(1), "noise": non_negative, "data_key": non_negative,
-        "bits": (nonempty, distinct, one_of(*BITS)), "rtn_bits": (distinct, one_of(*BITS)),
-        "eco_bits": (distinct, one_of(*BITS)), "absmax_bits": (distinct, one_of(*BITS)),
+        "width": at_least(1), "depth": at_least(1), "seeds": at_least(2), "lr": positive,
+        "weight_decay": non_negative, "bits": (nonempty, distinct, one_of(*BITS)),
+        "rtn_bits": (distinct, one_of(*BITS)), "eco_bits": (distinct, one_of(*BITS)),
+        "absmax_bits": (distinct, one_of(*BITS)),
         "state_formats": (distinct, one_of("bf16", "fp16", "e4m3", "e5m2")),
-        "act_bits": one_of(4, 8), "log_every": at_least(1),
-        "stop_factor": interval("(1, inf)"), "key": non_negative}
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.batch_size > self.n_train:
-            raise ConfigError(f"{type(self).__name__}.batch_size: expected at most n_train "
-                              f"({self.n_train}), got {self.batch_size}")
+        "act_bits": one_of(4, 8), "log_every": at_least(1)}
 
 
 def methods(cfg: DQTConfig) -> list[str]:

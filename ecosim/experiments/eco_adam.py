@@ -44,9 +44,9 @@ from ..problems import MLP
 from ..quantizer import Quantizer
 from ..recipes import weight_quantizer
 from ..train import initial_point, train
-from .base import (Config, at_least, distinct, experiment, interval, non_negative, nonempty,
-                   one_of, positive)
+from .base import at_least, distinct, experiment, interval, non_negative, nonempty, one_of, positive
 from .mlp_methods import single_thread_blas
+from .mlp_recipe import MLPRecipe
 
 __all__ = ["EcoAdamConfig", "VARIANTS", "APPROX_SCHEMES", "OUTCOMES", "variant_spec"]
 
@@ -69,31 +69,19 @@ OUTCOMES = ("trained", "stalled", "diverged")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class EcoAdamConfig(Config):
+class EcoAdamConfig(MLPRecipe):
     """Where ECO+AdamW breaks (part 1) and the cost of each approximation (part 2)."""
 
     variants: tuple[str, ...] = tuple(VARIANTS)
     approx_schemes: tuple[str, ...] = APPROX_SCHEMES
     approx_modes: tuple[str, ...] = ("sr", "rtn")
-    seeds: int = 4
-    steps: int = 1500
     approx_steps: int = 600
     approx_weight_decay: float = 0.1
     width: int = 32
     lr: float = 3e-3                   # AdamW peak of warmup + cosine
     sgdm_lr: float = 0.1               # SGDM peak (EMA momentum)
-    b1: float = recipes.BETAS[0]
-    b2: float = recipes.BETAS[1]
-    eps: float = recipes.EPS
-    batch_size: int = 8
-    n_train: int = 2048
-    n_val: int = 512
-    noise: float = 0.3
-    data_key: int = 0
     eval_every: int = 50
-    stop_factor: float = 10.0
     stall_frac: float = 0.5
-    key: int = 0
     SMOKE: ClassVar[dict] = {"variants": ("eco_rtn", "sgdm", "fixed_scale"),
                              "approx_schemes": ("master", "eco_momentum_exact", "eco"),
                              "approx_modes": ("sr",), "seeds": 2, "steps": 60,
@@ -102,14 +90,9 @@ class EcoAdamConfig(Config):
     CHECKS: ClassVar[dict] = {
         "variants": (nonempty, distinct, one_of(sorted(VARIANTS))),
         "approx_schemes": (distinct, one_of(sorted(APPROX_SCHEMES))),
-        "approx_modes": (distinct, one_of(["rtn", "sr"])), "seeds": at_least(1),
-        "steps": at_least(1), "approx_steps": at_least(1), "approx_weight_decay": non_negative,
-        "width": at_least(1), "lr": positive, "sgdm_lr": positive, "b1": interval("(0, 1)"),
-        "b2": interval("[0, 1)"), "eps": positive, "batch_size": at_least(1),
-        "n_train": at_least(1), "n_val": at_least(1), "noise": non_negative,
-        "data_key": non_negative, "eval_every": at_least(1),
-        "stop_factor": interval("(1, inf)"), "stall_frac": interval("(0, 1]"),
-        "key": non_negative}
+        "approx_modes": (distinct, one_of(["rtn", "sr"])), "approx_steps": at_least(1),
+        "approx_weight_decay": non_negative, "width": at_least(1), "lr": positive,
+        "sgdm_lr": positive, "eval_every": at_least(1), "stall_frac": interval("(0, 1]")}
 
 
 def variant_spec(cfg: EcoAdamConfig, unit: dict) -> dict:

@@ -53,8 +53,8 @@ from ..optim import adamw
 from ..problems import MLP
 from ..recipes import WEIGHT_FORMATS, method_label, weight_quantizer
 from ..train import initial_point, train
-from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
-                   nonempty, one_of, positive)
+from .base import at_least, distinct, experiment, non_negative, nonempty, one_of, positive
+from .mlp_recipe import MLPRecipe
 
 __all__ = ["MLPMethodsConfig", "METHODS", "WEIGHT_FORMATS", "MEMORY_BUFFERS", "method_label",
            "weight_quantizer", "make_problem", "run_training", "single_thread_blas"]
@@ -133,7 +133,7 @@ def run_training(problem: MLP, opt, steps: int, *, key: int, batch_size: int,
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MLPMethodsConfig(Config):
+class MLPMethodsConfig(MLPRecipe):
     """Table 1's seven methods on the teacher-student MLP (see the module docstring)."""
 
     widths: tuple[int, ...] = (32, 64, 128, 256)   # FP8 scaling sweep (hidden widths)
@@ -142,36 +142,15 @@ class MLPMethodsConfig(Config):
     curve_formats: tuple[str, ...] = ("fp8", "int4")
     depth: int = 2                                 # hidden layers
     seeds: int = 8
-    steps: int = 1500
     lr: float = 3e-3                               # peak of warmup + cosine
-    b1: float = recipes.BETAS[0]
-    b2: float = recipes.BETAS[1]
-    eps: float = recipes.EPS
     weight_decay: float = 0.0
-    batch_size: int = 8
-    n_train: int = 2048
-    n_val: int = 512
-    noise: float = 0.3
-    data_key: int = 0
     log_every: int = 25
-    stop_factor: float = 10.0                      # stop a run whose val loss exceeds this x init
-    key: int = 0
-    SMOKE: ClassVar[dict] = {"widths": (8, 16), "curve_width": 8, "seeds": 2, "steps": 40,
-                             "n_train": 256, "n_val": 128, "log_every": 5, "lr": 1e-2}
+    SMOKE: ClassVar[dict] = {**MLPRecipe.SMOKE, "widths": (8, 16), "curve_width": 8,
+                             "log_every": 5, "lr": 1e-2}
     CHECKS: ClassVar[dict] = {
         "widths": (nonempty, distinct, at_least(1)), "curve_width": at_least(1),
         "curve_formats": (distinct, one_of(sorted(WEIGHT_FORMATS))), "depth": at_least(1),
-        "seeds": at_least(1), "steps": at_least(1), "lr": positive, "b1": interval("(0, 1)"),
-        "b2": interval("[0, 1)"), "eps": positive, "weight_decay": non_negative,
-        "batch_size": at_least(1), "n_train": at_least(1), "n_val": at_least(1),
-        "noise": non_negative, "data_key": non_negative, "log_every": at_least(1),
-        "stop_factor": interval("(1, inf)"), "key": non_negative}
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.batch_size > self.n_train:
-            raise ConfigError(f"{type(self).__name__}.batch_size: expected at most n_train "
-                              f"({self.n_train}), got {self.batch_size}")
+        "lr": positive, "weight_decay": non_negative, "log_every": at_least(1)}
 
     def blocks(self) -> list[tuple[str, int]]:
         """The (low-precision format, width) pairs that are run, in order, without repeats."""

@@ -33,9 +33,9 @@ import numpy as np
 from .. import memory, recipes, rng
 from ..optim import adamw, sgdm
 from ..quantizer import Quantizer
-from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
-                   nonempty, positive)
+from .base import ConfigError, at_least, distinct, experiment, interval, nonempty, positive
 from .mlp_methods import make_problem, run_training, weight_quantizer
+from .mlp_recipe import MLPRecipe
 
 __all__ = ["MLPStatesConfig", "STATE_FORMATS", "parse_variant", "state_quantizer_of",
            "variant_label", "build_optimizer"]
@@ -137,51 +137,32 @@ def variant_label(variant: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MLPStatesConfig(Config):
+class MLPStatesConfig(MLPRecipe):
     """Optimizers and optimizer-state formats under ECO on the MLP of :mod:`.mlp_methods`."""
 
     variants: tuple[str, ...] = DEFAULT_VARIANTS
     width: int = 32
     depth: int = 2
     seeds: int = 8
-    steps: int = 1500
     adamw_lr: float = 3e-3
-    b1: float = recipes.BETAS[0]
-    b2: float = recipes.BETAS[1]
-    eps: float = recipes.EPS
     sgdm_lr: float = 0.1
     beta: float = 0.9
-    batch_size: int = 8
-    n_train: int = 2048
-    n_val: int = 512
-    noise: float = 0.3
-    data_key: int = 0
     log_every: int = 25
-    stop_factor: float = 10.0
-    key: int = 0
-    SMOKE: ClassVar[dict] = {"variants": SMOKE_VARIANTS, "width": 8, "seeds": 2, "steps": 40,
-                             "n_train": 256, "n_val": 128, "log_every": 5, "adamw_lr": 1e-2}
+    SMOKE: ClassVar[dict] = {**MLPRecipe.SMOKE, "variants": SMOKE_VARIANTS, "width": 8,
+                             "log_every": 5, "adamw_lr": 1e-2}
 
     CHECKS: ClassVar[dict] = {
         "variants": (nonempty, distinct), "width": at_least(1), "depth": at_least(1),
-        "seeds": at_least(1), "steps": at_least(1), "adamw_lr": positive,
-        "b1": interval("(0, 1)"), "b2": interval("[0, 1)"), "eps": positive,
-        "sgdm_lr": positive, "beta": interval("(0, 1)"), "batch_size": at_least(1),
-        "n_train": at_least(1), "n_val": at_least(1), "noise": non_negative,
-        "data_key": non_negative, "log_every": at_least(1),
-        "stop_factor": interval("(1, inf)"), "key": non_negative}
+        "adamw_lr": positive, "sgdm_lr": positive, "beta": interval("(0, 1)"),
+        "log_every": at_least(1)}
 
     def __post_init__(self):
         super().__post_init__()
-        name = type(self).__name__
         for v in self.variants:
             try:
                 parse_variant(v)
             except ValueError as exc:
-                raise ConfigError(f"{name}.variants: {exc}") from None
-        if self.batch_size > self.n_train:
-            raise ConfigError(f"{name}.batch_size: expected at most n_train ({self.n_train}), "
-                              f"got {self.batch_size}")
+                raise ConfigError(f"{type(self).__name__}.variants: {exc}") from None
 
 
 def build_optimizer(cfg: MLPStatesConfig, variant: str, problem):

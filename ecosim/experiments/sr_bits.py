@@ -30,16 +30,16 @@ from .. import recipes, rng
 from ..optim import adamw
 from ..quantizer import Quantizer
 from ..rounding import SR_RULES
-from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
-                   nonempty, one_of, positive)
+from .base import at_least, distinct, experiment, interval, nonempty, one_of, positive
 from .floor import simulate_floor
 from .mlp_methods import make_problem, run_training
+from .mlp_recipe import MLPRecipe
 
 __all__ = ["SRBitsConfig"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SRBitsConfig(Config):
+class SRBitsConfig(MLPRecipe):
     """Few-bit SR under both count rules, on the quadratic and the MLP (module docstring)."""
 
     nbits: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
@@ -52,29 +52,16 @@ class SRBitsConfig(Config):
     step: float = 2.0**-6
     horizon: float = 40.0
     min_steps: int = 2000
-    # MLP (the rest of the recipe is mlp_methods')
+    # MLP (the rest of the recipe is MLPRecipe's)
     mlp_schemes: tuple[str, ...] = ("naive", "eco")
     mlp_nbits: tuple[int, ...] = (1, 2, 4, 8)
     width: int = 32
     depth: int = 2
-    seeds: int = 4
-    steps: int = 1500
     lr: float = 3e-3
-    b1: float = recipes.BETAS[0]
-    b2: float = recipes.BETAS[1]
-    eps: float = recipes.EPS
-    batch_size: int = 8
-    n_train: int = 2048
-    n_val: int = 512
-    noise: float = 0.3
-    data_key: int = 0
     log_every: int = 25
-    stop_factor: float = 10.0
-    key: int = 0
-    SMOKE: ClassVar[dict] = {"nbits": (1, 4), "mlp_nbits": (2,), "quad_lrs": (0.1,), "d": 64,
-                             "min_steps": 200, "horizon": 8.0, "width": 8, "seeds": 2,
-                             "steps": 40, "n_train": 256, "n_val": 128, "log_every": 5,
-                             "lr": 1e-2}
+    SMOKE: ClassVar[dict] = {**MLPRecipe.SMOKE, "nbits": (1, 4), "mlp_nbits": (2,),
+                             "quad_lrs": (0.1,), "d": 64, "min_steps": 200, "horizon": 8.0,
+                             "width": 8, "log_every": 5, "lr": 1e-2}
     CHECKS: ClassVar[dict] = {
         "nbits": (nonempty, distinct, interval("[1, 31]")),
         "rules": (nonempty, distinct, one_of(SR_RULES)),
@@ -83,17 +70,7 @@ class SRBitsConfig(Config):
         "step": positive, "horizon": positive, "min_steps": at_least(1),
         "mlp_schemes": (distinct, one_of(("master", "naive", "eco"))),
         "mlp_nbits": (distinct, interval("[1, 31]")), "width": at_least(1),
-        "depth": at_least(1), "seeds": at_least(1), "steps": at_least(1), "lr": positive,
-        "b1": interval("(0, 1)"), "b2": interval("[0, 1)"), "eps": positive,
-        "batch_size": at_least(1), "n_train": at_least(1), "n_val": at_least(1),
-        "noise": non_negative, "data_key": non_negative, "log_every": at_least(1),
-        "stop_factor": interval("(1, inf)"), "key": non_negative}
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.batch_size > self.n_train:
-            raise ConfigError(f"{type(self).__name__}.batch_size: expected at most n_train "
-                              f"({self.n_train}), got {self.batch_size}")
+        "depth": at_least(1), "lr": positive, "log_every": at_least(1)}
 
 
 def _settings(nbits, rules):
