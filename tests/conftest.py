@@ -1,4 +1,6 @@
-"""Shared test configuration: deterministic hypothesis profiles; torch test fixtures."""
+"""Shared test configuration: deterministic hypothesis profiles; torch test fixtures; the
+language-model figures built from a results file."""
+import json
 import os
 import subprocess
 import sys
@@ -57,3 +59,25 @@ def torchrun():
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         return p
     return run
+
+
+# -- the language-model figures from a results file (tests/test_figures_lm.py, test_lm_protocol) -
+
+@pytest.fixture
+def lm_figures(tmp_path, capsys):
+    """``lm_figures(records, only=("lm_table", "lm_pareto"))``: writes the records as the
+    results file ``runs.jsonl``, builds the figures from it through the CLI (``ecosim figures
+    --set lm.results_file=...``, one cache per test), asserts success and returns the output
+    folder. No torch needed: the figures only read the file."""
+    from ecosim import cli
+
+    results, out = tmp_path / "runs.jsonl", tmp_path / "out"
+
+    def build(records, only=("lm_table", "lm_pareto")):
+        results.write_text("".join(json.dumps(r) + "\n" for r in records))
+        rc = cli.main(["figures", "--only", *only, "--out", str(out), "--cache",
+                       str(tmp_path / "cache"), "--no-progress",
+                       "--set", f"lm.results_file={results}"])
+        assert rc == 0, capsys.readouterr().err
+        return out
+    return build

@@ -61,14 +61,8 @@ def test_read_records_errors(tmp_path):
         read_records(f)
 
 
-def test_figures_from_a_results_file(tmp_path, capsys):
-    f = tmp_path / "runs.jsonl"
-    f.write_text("".join(json.dumps(r) + "\n" for r in _records()))
-    out = tmp_path / "out"
-    rc = cli.main(["figures", "--only", "lm_table", "lm_pareto", "--out", str(out),
-                   "--cache", str(tmp_path / "cache"), "--no-progress",
-                   "--set", f"lm.results_file={f}"])
-    assert rc == 0, capsys.readouterr().err
+def test_figures_from_a_results_file(lm_figures):
+    out = lm_figures(_records())
     md = (out / "lm_table.md").read_text()
     assert "| FP8 naive + RTN | diverged n=1 | diverged n=1 |" in md
     assert "| FP8 ECO + SR | 2.0600 (+0.0600) n=1 | 1.5600 (+0.0600) n=1 |" in md
@@ -78,10 +72,7 @@ def test_figures_from_a_results_file(tmp_path, capsys):
     pts = (out / "lm_pareto.points.csv").read_text()
     assert "fp8_eco_sr,9.01,9.0,2.06,false" in pts
     # the cache follows the file's contents, not its name
-    f.write_text("".join(json.dumps(r) + "\n" for r in _records()[:7]))
-    assert cli.main(["figures", "--only", "lm_table", "--out", str(out), "--cache",
-                     str(tmp_path / "cache"), "--no-progress",
-                     "--set", f"lm.results_file={f}"]) == 0
+    assert lm_figures(_records()[:7], only=("lm_table",)) == out
     assert "small" not in (out / "lm_table.md").read_text().split("The paper's")[0]
 
 

@@ -1,13 +1,12 @@
 """The Table 1 protocol on a language model: paired statistics, outcomes (trained, stalled,
 diverged) and the paper's orderings (ecosim.claims), checked against hand computations, and
 a results file with a diverged and a stalled run through the figures."""
-import json
 import math
 
 import numpy as np
 import pytest
 
-from ecosim import claims, cli
+from ecosim import claims
 from ecosim.experiments.lm import METHODS, LMTableConfig, method_parts, records_to_results
 from ecosim.figures.lm import lm_markdown
 
@@ -159,14 +158,8 @@ def test_orderings_verdicts():
     assert got["fp8_eco_sr", "bf16_master"] == "does not hold"
 
 
-def test_results_file_with_a_diverged_and_a_stalled_run(tmp_path, capsys):
-    f = tmp_path / "runs.jsonl"
-    f.write_text("".join(json.dumps(r) + "\n" for r in _protocol_records()))
-    out = tmp_path / "out"
-    rc = cli.main(["figures", "--only", "lm_table", "lm_pareto", "--out", str(out),
-                   "--cache", str(tmp_path / "cache"), "--no-progress",
-                   "--set", f"lm.results_file={f}"])
-    assert rc == 0, capsys.readouterr().err
+def test_results_file_with_a_diverged_and_a_stalled_run(lm_figures):
+    out = lm_figures(_protocol_records())
     md = (out / "lm_table.md").read_text()
     assert "| FP8 naive + RTN | diverged 1, stalled 2 of n=3 |" in md
     assert "32,928 non-embedding parameters, 100 steps, 102,400 training tokens = 3.1 per " \
