@@ -376,6 +376,25 @@ class QuantizedLinear(nn.Module):
             self.scales.copy_(_raw(scales))
         return self._to_param(values)
 
+    @torch.no_grad()
+    def store(self, enc: Encoded) -> None:
+        """Hold these codes and scales (the inverse of :meth:`encoded`): ``enc`` as this layer's
+        quantizer encodes the (out, fan-in) matrix, e.g. with other scales (DQT's write onto
+        the previous step's grid, :mod:`ecosim.torch.dqt`) or another rounding."""
+        mine = self.encoded()
+        if not isinstance(enc, Encoded):
+            raise TypeError(f"store takes an ecosim.torch.Encoded, got {type(enc).__name__}")
+        if (tuple(enc.shape) != tuple(mine.shape) or enc.packed_bits != mine.packed_bits
+                or enc.codes.dtype != mine.codes.dtype or enc.codes.shape != mine.codes.shape
+                or enc.scales.shape != mine.scales.shape or self._codec.cast):
+            raise ValueError(f"{self.name!r} holds {mine.codes.dtype} codes "
+                             f"{tuple(mine.codes.shape)} of a {tuple(mine.shape)} matrix, "
+                             f"scales {tuple(mine.scales.shape)}; got {enc.codes.dtype} codes "
+                             f"{tuple(enc.codes.shape)} of {tuple(enc.shape)}, scales "
+                             f"{tuple(enc.scales.shape)}")
+        self.codes.copy_(_raw(enc.codes))
+        self.scales.copy_(_raw(enc.scales))
+
     def encoded(self) -> Encoded:
         """The stored weights as :class:`ecosim.torch.Encoded` (views of the buffers: codes in
         their torch dtype, e.g. ``float8_e4m3fn``), of the (out, fan-in) matrix the codes
