@@ -1,4 +1,4 @@
-"""Input checks shared by the public entry points: byte order of arrays, bool options.
+"""Input checks shared by the public entry points: byte order of arrays, bool and real options.
 
 Every dtype dispatch in ecosim compares dtypes by equality, and NumPy's dtype equality includes
 the byte order (``np.dtype(">f4") != np.float32``). Arrays therefore enter the numeric paths
@@ -7,11 +7,14 @@ through :func:`native`, which gives them the machine's byte order (values unchan
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import numpy as np
 
-__all__ = ["native", "check_bool", "NonFiniteError", "NonFiniteGradient"]
+__all__ = ["native", "check_bool", "check_real", "check_positive", "NonFiniteError",
+           "NonFiniteGradient"]
 
 
 class NonFiniteError(ValueError):
@@ -62,3 +65,41 @@ def check_bool(value: Any, name: str) -> bool:
         return bool(value)
     raise TypeError(f"{name} must be a bool (True or False), got {value!r} "
                     f"({type(value).__name__})")
+
+
+def check_real(value: Any, name: str) -> float:
+    """``value`` as a float if it is a finite real number (not a bool), else TypeError (not a
+    real number) or ValueError (NaN or inf).
+
+    Example:
+        >>> check_real(np.float32(0.5), "lr")
+        0.5
+        >>> check_real(True, "lr")
+        Traceback (most recent call last):
+        ...
+        TypeError: lr must be a real number, got bool True
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+def check_positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
+    """``value`` as a float if it is a finite real number > 0 (``>= 0`` with ``allow_zero``),
+    else the errors of :func:`check_real` or ValueError.
+
+    Example:
+        >>> check_positive(0, "weight_decay", allow_zero=True)
+        0.0
+        >>> check_positive(0, "lr")
+        Traceback (most recent call last):
+        ...
+        ValueError: lr must be > 0, got 0.0
+    """
+    value = check_real(value, name)
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return value

@@ -39,6 +39,8 @@ import numpy as np
 from ._checks import check_bool
 from .formats import Format, get
 from .optim.base import QuantizedOptimizer, compensation_quantizer, state_quantizer
+from .optim.schemes import BUFFER_STORAGE
+from .optim.schemes import get as get_scheme
 from .quantizer import Quantizer
 
 __all__ = [
@@ -149,10 +151,14 @@ def _as_quantizer(spec: Any) -> Quantizer | None:
 
 def _layout(scheme: str, optimizer: str) -> tuple[str, ...]:
     """The buffers of the formula (Muon: every parameter a matrix, so no ``v``)."""
-    bufs = ["m", "v"] if optimizer == "adamw" else ["m"]
-    extra = {"master": "master", "eco_exact": "e_prev", "eco_momentum_exact": "e_prev",
-             "kahan": "c"}.get(scheme)
-    return tuple(bufs + ([extra] if extra else []))
+    bufs = ("m", "v") if optimizer == "adamw" else ("m",)
+    return bufs + get_scheme(scheme).buffers
+
+
+def _storage_of(b: str) -> str:
+    """How buffer ``b`` is stored: ``"state"`` (the moments, and a scheme's state-format
+    buffers), ``"full"`` or ``"compensation"`` (:data:`ecosim.optim.schemes.BUFFER_STORAGE`)."""
+    return BUFFER_STORAGE.get(b, "state")
 
 
 # -- the formula ------------------------------------------------------------------------------
@@ -201,11 +207,12 @@ def bytes_per_param(optimizer: str | QuantizedOptimizer = "adamw", scheme: str =
     if scheme == "master":
         out["weights"] = wq if count_working_copy else 0.0
     for b in _layout(scheme, optimizer):
-        if b in ("m", "v", "master"):
+        kind = _storage_of(b)
+        if kind == "state":
             out[b] = _buffer_bytes_per_param(states.get(b), dtype, block)
-        elif b == "e_prev":
+        elif kind == "full":
             out[b] = float(np.dtype(dtype).itemsize)
-        else:  # c
+        else:
             out[b] = _buffer_bytes_per_param(compensation_quantizer(q), dtype, block)
     return Memory(**out)
 
@@ -235,9 +242,10 @@ def static_bytes(opt: QuantizedOptimizer, shapes: Mapping[str, tuple] | tuple, *
         if scheme != "master" or count_working_copy:
             tot["weights"] += wb
         for b in opt.state_buffers(name, shape):
-            if b in ("m", "v", "master"):
+            kind = _storage_of(b)
+            if kind == "state":
                 tot[b] += _buffer_bytes(opt.states.get(b), shape, dtype)
-            elif b == "e_prev":
+            elif kind == "full":
                 tot[b] += _buffer_bytes(None, shape, dtype)
             else:
                 tot[b] += _buffer_bytes(compensation_quantizer(q), shape, dtype)
@@ -293,9 +301,10 @@ def measured_bytes(opt: QuantizedOptimizer, params: Any, state: tuple, *,
             x = entry(getattr(state, b), name)
             if x is None:
                 raise ValueError(f"state has no {b!r} for parameter {name!r}")
-            if b in ("m", "v", "master"):
+            kind = _storage_of(b)
+            if kind == "state":
                 tot[b] += _held(opt.states.get(b), x)
-            elif b == "c":
+            elif kind == "compensation":
                 tot[b] += _held(compensation_quantizer(q), x)
             else:
                 tot[b] += _held(None, x)

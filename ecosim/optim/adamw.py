@@ -71,17 +71,10 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ..checks import check_bool
+from ..checks import check_bool, check_positive
 from ..quantizer import Quantizer
-from .base import (
-    ADAMW_SCHEMES,
-    QuantizedOptimizer,
-    _check_beta,
-    _check_real,
-    _make_schedule,
-    _resolve_weights,
-    resolve_states,
-)
+from .base import QuantizedOptimizer, _check_beta
+from .schemes import Scheme
 
 __all__ = ["AdamW", "AdamWState", "adamw"]
 
@@ -130,51 +123,41 @@ class AdamW(QuantizedOptimizer):
     schedule_guard: bool = False
 
     name = "adamw"
-    schemes = ADAMW_SCHEMES
     State = AdamWState
     buffers = ("m", "v", "master", "e_prev", "c")
     _moment_names = ("m", "v")
 
     def __post_init__(self):
         set_ = object.__setattr__
-        set_(self, "weights", _resolve_weights(self.weights, self.scheme, self.schemes))
-        if self.init_weights is not None:
-            set_(self, "init_weights",
-                 _resolve_weights(self.init_weights, self.scheme, self.schemes))
-        set_(self, "lr", _make_schedule(self.lr, self.scheme))
-        set_(self, "b1", _check_beta(self.b1, "b1", self.scheme))
+        self._check_fields(("m", "v"), ("b1",))
         set_(self, "b2", _check_beta(self.b2, "b2", "fp"))
-        eps = _check_real(self.eps, "eps")
-        if eps <= 0:
-            raise ValueError(f"eps must be > 0 (it keeps m / d finite when v == 0), got {eps!r}")
+        eps = check_positive(self.eps, "eps")
         set_(self, "eps", eps)
-        wd = _check_real(self.weight_decay, "weight_decay")
-        if wd < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {wd!r}")
-        set_(self, "weight_decay", wd)
         set_(self, "wd_corrected_injection",
              check_bool(self.wd_corrected_injection, "wd_corrected_injection"))
-        set_(self, "prev_scale", check_bool(self.prev_scale, "prev_scale"))
         set_(self, "schedule_guard", check_bool(self.schedule_guard, "schedule_guard"))
-        if self.schedule_guard and self.scheme != "eco":
-            raise ValueError(f"schedule_guard sizes ECO's memory-free injection: it needs "
-                             f"scheme='eco', got scheme={self.scheme!r}")
-        set_(self, "states", resolve_states(self.states, ("m", "v"), self.scheme))
+        if self.schedule_guard and self.scheme_record.after != "inject":
+            raise ValueError(f"schedule_guard sizes ECO's memory-free injection: it needs an "
+                             f"injecting scheme ('eco'), got scheme={self.scheme!r}")
 
-    def _init_param(self, name, p, w, q, ctx) -> dict:
-        out = {"m": np.zeros_like(p), "v": np.zeros_like(p)}
-        scheme = self.scheme_of(name)
-        if scheme == "master":
-            out["master"] = p
-        elif scheme in ("eco_exact", "eco_momentum_exact"):
-            out["e_prev"] = p - w
-        elif scheme == "kahan":
-            out["c"] = self._qcomp(q, p - w, ctx.key, "init", name, "c")
-        return out
+    @property
+    def scheme_record(self) -> Scheme:
+        """The scheme's record; ``wd_corrected_injection`` makes an injection decay-corrected."""
+        sch = super().scheme_record
+        if self.wd_corrected_injection and sch.after == "inject":
+            return dataclasses.replace(sch, decay_corrected=True)
+        return sch
 
-    def _step_param(self, name, w, g, b, ctx):
+    def init_param(self, name, p, w, q, ctx) -> dict:
+        """Zero moments and the scheme's buffers."""
+        return {"m": np.zeros_like(p), "v": np.zeros_like(p),
+                **self.init_scheme_buffers(name, p, w, q, ctx)}
+
+    def step_param(self, name, w, g, b, ctx):
+        """AdamW's direction ``(lr / bc1) m / d`` and ECO gain ``(bc1 / lr)(1 - 1/b1) d``; the
+        scheme does the rest."""
         q = self.weight_quantizer(name)
-        scheme = self.scheme_of(name)
+        sch = self.scheme_object(name)
         b1, b2, lr = self.b1, self.b2, ctx.lr
         n = ctx.t + 1
         bc1, bc2 = 1.0 - b1**n, 1.0 - b2**n
@@ -198,49 +181,34 @@ class AdamW(QuantizedOptimizer):
         d += self.eps
         tt = np.divide(m, d)
         tt *= lr / bc1  # (lr / (1 - b1^n)) * m / d
-        if scheme == "master":
-            base = b["master"]
-        elif scheme == "eco_exact" or (scheme == "eco_momentum_exact" and ctx.pending):
-            base = w + b["e_prev"]
-        elif scheme == "kahan":
-            base = w + b["c"]
-        else:
-            base = w
+        base = sch.base_value(w, b.__getitem__, pending=ctx.pending, linear=False)
         decay = 1.0 - lr * self.weight_decay
         if self.weight_decay:
             base = base * decay
         np.subtract(base, tt, out=tt)  # theta_tilde = base (1 - lr wd) - (lr/bc1) m / d
-        new_w, e = self._write_scheme(scheme, name, w, tt, q, ctx, out)
-        if e is None:
-            return new_w, out
-        if scheme == "eco":
+
+        def gain(sch):
             lr_inj = self._injection_lr(ctx) if self.schedule_guard else lr
             if lr_inj == 0.0:  # no later step writes: nothing would give it back
-                return new_w, out
-            coef = (bc1 / lr_inj) * (1.0 - 1.0 / b1)
-            if self.wd_corrected_injection:
-                coef *= decay
-            d *= coef
-            d *= e
-            out["m"] = self._inject(m, d, ctx, name)
-        elif scheme == "eco_momentum_exact":
-            k = np.multiply(e, -1.0 / b1)  # the offset (c / s) (e_prev - e / b1)
+                return None, None
+            return sch.coefficient(bc1 / lr_inj, b1, decay), d
+
+        def exact(m, e_prev, e, ctx, name):  # the offset (c / s) (e_prev - e / b1)
+            k = np.multiply(e, -1.0 / b1)
             if not ctx.pending:
-                k += b["e_prev"]
-            d *= (bc1 / lr) * decay
-            k *= d
-            out["m"] = self._inject(m, k, ctx, name)
-            out["e_prev"] = e
-        elif scheme == "eco_exact":
-            out["e_prev"] = e
-        return new_w, out
+                k += e_prev
+            d_ = d * ((bc1 / lr) * decay)
+            k *= d_
+            return self._inject(m, k, ctx, name)
+
+        return self.finish_write(sch, name, w, tt, q, ctx, out, m, b, gain, exact)
 
     # -- eco_momentum_exact's pending error and the schedule guard ------------------------
     def _init_pending(self, lr0: float | None) -> bool:
-        return self.scheme == "eco_momentum_exact"
+        return self.scheme_record.exact == "momentum"
 
     def _next_pending(self, ctx) -> bool:
-        return self.scheme == "eco_momentum_exact" and ctx.pending and ctx.lr == 0.0
+        return self.scheme_record.exact == "momentum" and ctx.pending and ctx.lr == 0.0
 
     def _injection_lr(self, ctx) -> float:
         """The guard's ``L(t)``: the ``b1``-weighted mean of ``lr(t + 1 .. t + H)`` (see the
@@ -291,8 +259,10 @@ def adamw(lr: float | Callable[[int], float], b1: float = 0.9, b2: float = 0.999
         b1, b2: moment coefficients in [0, 1); ``b1`` in (0, 1) for ``eco``/``eco_exact``.
         eps: added to the root of the second moment, > 0.
         weight_decay: decoupled weight decay ``wd`` (multiplies the weights by ``1 - lr wd``).
-        scheme: ``"fp"``, ``"master"``, ``"naive"``, ``"eco"``, ``"eco_exact"``, ``"kahan"``,
-            ``"eco_momentum_exact"`` (AdamW only; see :mod:`ecosim.optim.adamw`).
+        scheme: one of ``ADAMW_SCHEMES``, the records of :mod:`ecosim.optim.schemes` that
+            AdamW runs: ``"fp"``, ``"master"``, ``"naive"``, ``"eco"``, ``"eco_exact"``,
+            ``"kahan"``, and the AdamW-only ones (``"eco_momentum_exact"``, see
+            :mod:`ecosim.optim.adamw`).
         weights: a :class:`~ecosim.Quantizer`, or a dict name -> Quantizer or None (None or
             absent: the parameter stays in full precision); None exactly for ``"fp"``.
         states: per-buffer quantization points ``{"g": ..., "m": ..., "v": ...,

@@ -9,27 +9,15 @@ an immutable ``NamedTuple`` state), except that :meth:`QuantizedOptimizer.step` 
 
 ``params`` and ``grads`` are one floating array (the parameter named ``""``) or a dict of named
 arrays. The weight-update schemes (docs/theory.md §4; Nikdan et al., "ECO: Quantized Training
-without Full-Precision Master Weights", arXiv 2601.22101):
-
-``"fp"``
-    no quantization (the reference).
-``"master"``
-    a full-precision master copy ``theta`` is updated; the stored weights are ``q(theta)``.
-``"naive"``
-    no master: ``theta_hat <- q(theta_tilde)``; the rounding error is dropped.
-``"eco"``
-    as naive, then the error ``e = theta_tilde - q(theta_tilde)`` is injected into the momentum
-    (no extra buffer).
-``"eco_exact"``
-    keeps the previous error ``e_prev`` and injects it exactly: the implicit master
-    ``theta_hat + e`` follows the master-weight trajectory (the reference ECO approximates).
-``"eco_momentum_exact"``
-    AdamW only: keeps ``e_prev`` and moves it through the momentum sized with the current
-    ``d`` (see :mod:`ecosim.optim.adamw`); isolates ECO's ``e_prev ~ e`` approximation.
-``"kahan"``
-    Kahan-compensated weight update with a compensation buffer ``c`` stored in the weight format
-    (Zamirai et al., "Revisiting BFloat16 Training", arXiv 2010.06192): ``theta_tilde`` is
-    computed from ``theta_hat + c`` and ``c <- q_c(theta_tilde - q(theta_tilde))``.
+without Full-Precision Master Weights", arXiv 2601.22101) are the records of
+:mod:`ecosim.optim.schemes`: ``"fp"`` (no quantization), ``"master"`` (a full-precision master
+copy ``theta``; the stored weights are ``q(theta)``), ``"naive"`` (``theta_hat <-
+q(theta_tilde)``, the error dropped), ``"eco"`` (the error ``e = theta_tilde - q(theta_tilde)``
+injected into the momentum), ``"eco_exact"`` (``e_prev`` kept and carried exactly),
+``"eco_momentum_exact"`` (AdamW: ``e_prev`` moved through the momentum, see
+:mod:`ecosim.optim.adamw`) and ``"kahan"`` (a compensation ``c`` in the weight format; Zamirai
+et al., "Revisiting BFloat16 Training", arXiv 2010.06192). Each says its buffers, the base of
+the write and what follows it; the optimizers here supply the direction and the gain.
 
 Conventions shared by every optimizer (the update rules themselves are in ``sgdm.py`` and
 ``adamw.py``):
@@ -69,18 +57,20 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import rng
-from ..checks import NonFiniteGradient, check_bool, native
+from ..checks import NonFiniteGradient, check_bool, check_positive, native
 from ..quantizer import Quantizer
 from ..rounding import quantize
-from .policies import (ADAMW_SCHEMES, SCHEMES, _check_beta, _check_real,  # noqa: F401
-                       _make_schedule, _resolve_weights, compensation_quantizer, on_grid,
-                       resolve_states, state_quantizer, weights_dict)
+from .policies import (ADAMW_SCHEMES, SCHEMES, _check_beta, _make_schedule, _resolve_weights,
+                       compensation_quantizer, on_grid, resolve_states, state_quantizer,
+                       weights_dict)
+from .schemes import REGISTRY, Scheme, get, injection, names_for
 
 __all__ = [
     "ADAMW_SCHEMES",
     "SCHEMES",
     "NonFiniteGradient",
     "QuantizedOptimizer",
+    "StepContext",
     "on_grid",
     "state_quantizer",
     "compensation_quantizer",
@@ -175,8 +165,11 @@ class _Diag:
 
 
 @dataclasses.dataclass
-class _Ctx:
-    """What one step's per-parameter updates share."""
+class StepContext:
+    """What one step's per-parameter updates share (handed to
+    :meth:`QuantizedOptimizer.step_param`): the step ``t``, its learning rate ``lr`` (and
+    ``lr_next`` when the optimizer needs it), the root ``key``, whether the carried error is
+    ``pending``, and the step's diagnostics (None when off)."""
 
     t: int
     lr: float
@@ -194,19 +187,23 @@ class QuantizedOptimizer:
 
     Subclasses are frozen dataclasses with the fields ``lr`` (a schedule), ``scheme``,
     ``weights``, ``states``, ``init_weights`` and ``prev_scale`` plus their hyperparameters,
-    and implement ``_init_param`` and ``_step_param``.
+    and implement :meth:`init_param` and :meth:`step_param`. The scheme's part of a step (its
+    buffers, the base of the write, what follows it) is the :class:`~ecosim.optim.schemes.Scheme`
+    record's: a subclass computes its direction and hands :meth:`finish_write` its injection
+    gain.
 
     Attributes:
-        name: ``"sgdm"`` or ``"adamw"``.
+        name: ``"sgdm"``, ``"adamw"`` or ``"muon"``.
         State: the state record class.
         buffers: the per-parameter buffers this optimizer's state may hold.
+        linear: whether the update is linear in the momentum (SGDM), so that an exact scheme
+            can carry its error there (see :meth:`~ecosim.optim.schemes.Scheme.through_momentum`).
     """
 
     name: str = ""
     State: type = tuple
     buffers: tuple[str, ...] = ()
-    _scheme_buffers = {"master": ("master",), "eco_exact": ("e_prev",), "kahan": ("c",),
-                       "eco_momentum_exact": ("e_prev",)}
+    linear: bool = False
 
     # fields provided by the dataclass subclasses
     lr: Callable[[int], float]
@@ -237,13 +234,27 @@ class QuantizedOptimizer:
         """The scheme parameter ``name`` follows: ``"fp"`` when it is not quantized."""
         return self.scheme if self.weight_quantizer(name) is not None else "fp"
 
+    @property
+    def schemes(self) -> tuple[str, ...]:
+        """The schemes this optimizer runs (:func:`ecosim.optim.schemes.names_for`)."""
+        return names_for(self.name)
+
+    @property
+    def scheme_record(self) -> Scheme:
+        """The :class:`~ecosim.optim.schemes.Scheme` of ``self.scheme``."""
+        return get(self.scheme)
+
+    def scheme_object(self, name: str) -> Scheme:
+        """The :class:`~ecosim.optim.schemes.Scheme` parameter ``name`` follows."""
+        return self.scheme_record if self.weight_quantizer(name) is not None else REGISTRY["fp"]
+
     def state_buffers(self, name: str, shape: tuple[int, ...] | None = None) -> tuple[str, ...]:
         """Names of the state buffers kept for parameter ``name`` (e.g. ``("m", "v", "c")``).
 
         ``shape`` is the parameter's shape; optimizers whose buffers depend on it (Muon keeps
         ``v`` only for the parameters it updates with AdamW) need it.
         """
-        return self._moment_names + self._scheme_buffers.get(self.scheme_of(name), ())
+        return self._moment_names + self.scheme_object(name).buffers
 
     _moment_names: tuple[str, ...] = ("m",)
 
@@ -265,7 +276,7 @@ class QuantizedOptimizer:
         return False
 
     # -- keys and writes --------------------------------------------------------------------
-    def _write(self, q: Quantizer, x: np.ndarray, prev: np.ndarray, ctx: _Ctx,
+    def _write(self, q: Quantizer, x: np.ndarray, prev: np.ndarray, ctx: StepContext,
                name: str) -> np.ndarray:
         """The stored weights ``q(x)`` (SR key ``fold_in(key, t, name)``; DQT: previous grid)."""
         key = rng.fold_in(ctx.key, ctx.t, name) if q.mode == "sr" else None
@@ -273,47 +284,115 @@ class QuantizedOptimizer:
             return q(x, key=key, scales=q.scales(prev))
         return _apply(q, x, key)
 
-    def _write_scheme(self, scheme: str, name: str, w: np.ndarray, tt: np.ndarray,
-                      q: Quantizer | None, ctx: _Ctx, out: dict) -> tuple[np.ndarray, Any]:
+    def _write_scheme(self, sch: Scheme, name: str, w: np.ndarray, tt: np.ndarray,
+                      q: Quantizer | None, ctx: StepContext, out: dict) -> tuple[np.ndarray, Any]:
         """The weight write of every optimizer, once ``theta_tilde`` (``tt``) is computed.
 
         Rounds ``tt`` (``master``: its stored master copy) onto the weight grid, records the
         diagnostics, keeps the master copy or the Kahan compensation in ``out``, and returns
         ``(new weights, e)`` with ``e = theta_tilde - q(theta_tilde)`` for the schemes that use
-        the error next (``eco``, ``eco_exact``), else ``e = None``. ``tt`` may be overwritten.
+        the error next (:attr:`Scheme.keeps_error`), else ``e = None``. ``tt`` may be
+        overwritten.
         """
-        if scheme == "fp":
+        if not sch.quantized:
             if ctx.diag is not None:
                 ctx.diag.add(name, w, tt, tt, False)
             return tt, None
-        if scheme == "master":
+        if sch.after == "master":
             tt = self._qstate("master", tt, ctx, name)  # the stored master copy
         new_w = self._write(q, tt, w, ctx, name)
         if ctx.diag is not None:
             ctx.diag.add(name, w, new_w, tt, True)
-        if scheme == "master":
+        if sch.after == "master":
             out["master"] = tt
             return new_w, None
-        if scheme == "naive":
+        if sch.after == "drop":
             return new_w, None
         e = np.subtract(tt, new_w, out=tt)  # theta_tilde is not needed any more
-        if scheme == "kahan":
+        if sch.after == "kahan":
             out["c"] = self._qcomp(q, e, ctx.key, ctx.t, name, "c")
             return new_w, None
         return new_w, e
+
+    def finish_write(self, sch: Scheme, name: str, w: np.ndarray, tt: np.ndarray,
+                     q: Quantizer | None, ctx: StepContext, out: dict, m: np.ndarray,
+                     prev: dict, gain: Callable[[], tuple], exact: Callable | None = None
+                     ) -> tuple[np.ndarray, dict]:
+        """The scheme's write of ``theta_tilde = tt`` and what follows it; returns
+        ``(new weights, out)`` with ``out`` (the new buffers) updated.
+
+        Args:
+            sch: the parameter's scheme.
+            name, w, q, ctx: the parameter, its stored weights, its quantizer, the step.
+            tt: ``theta_tilde`` (overwritten).
+            out: the new buffers so far (``"m"`` the momentum after its update).
+            m: the momentum after its update.
+            prev: the buffers at the start of the step (``"e_prev"``).
+            gain: ``sch -> (coef, scale)``, the optimizer's ECO injection gain, called only
+                by injecting schemes: ``m += scale * coef * e`` (``scale`` an array or None),
+                ``coef`` from :meth:`Scheme.coefficient` at the optimizer's rate; ``coef``
+                None: nothing is injected.
+            exact: ``(m, e_prev, e, ctx, name) -> new m``, the optimizer's exact injection
+                (exact schemes carried through the momentum).
+        """
+        new_w, e = self._write_scheme(sch, name, w, tt, q, ctx, out)
+        if e is None:
+            return new_w, out
+        if sch.after == "inject":
+            coef, scale = gain(sch)
+            if coef is None:  # no later step writes: nothing would give it back
+                return new_w, out
+            out["m"] = self._inject(m, injection(e, coef, scale), ctx, name)
+        elif sch.through_momentum(self.linear):
+            out["m"] = exact(m, prev["e_prev"], e, ctx, name)
+            out["e_prev"] = e
+        else:  # error feedback: theta_hat + e_prev is the master
+            out["e_prev"] = e
+        return new_w, out
+
+    def init_scheme_buffers(self, name: str, p: np.ndarray, w: np.ndarray,
+                            q: Quantizer | None, ctx: StepContext) -> dict:
+        """The scheme's initial buffers: the master copy ``p``, the error ``e_prev = p - w``,
+        the Kahan compensation ``q_c(p - w)``."""
+        out = {}
+        for b in self.scheme_object(name).buffers:
+            if b == "master":
+                out[b] = p
+            elif b == "e_prev":
+                out[b] = p - w
+            else:
+                out[b] = self._qcomp(q, p - w, ctx.key, "init", name, "c")
+        return out
+
+    def _check_fields(self, moments: tuple[str, ...], betas: tuple[str, ...]) -> None:
+        """The checks every optimizer's ``__post_init__`` shares: scheme and weights,
+        ``init_weights``, the schedule, the momentum coefficients ``betas`` (ECO's in (0, 1)),
+        ``weight_decay >= 0``, ``prev_scale`` and the state formats of ``moments``."""
+        set_ = object.__setattr__
+        set_(self, "weights", _resolve_weights(self.weights, self.scheme, self.schemes))
+        if self.init_weights is not None:
+            set_(self, "init_weights",
+                 _resolve_weights(self.init_weights, self.scheme, self.schemes))
+        set_(self, "lr", _make_schedule(self.lr, self.scheme))
+        for b in betas:
+            set_(self, b, _check_beta(getattr(self, b), b, self.scheme))
+        set_(self, "weight_decay", check_positive(self.weight_decay, "weight_decay",
+                                                  allow_zero=True))
+        set_(self, "prev_scale", check_bool(self.prev_scale, "prev_scale"))
+        set_(self, "states", resolve_states(self.states, moments, self.scheme))
 
     @staticmethod
     def _quantize_buffer(q: Quantizer, x: np.ndarray, key: int, *data) -> np.ndarray:
         return _apply(q, x, rng.fold_in(key, *data) if q.mode == "sr" else None)
 
-    def _qstate(self, which: str, x: np.ndarray, ctx: _Ctx, name: str,
+    def _qstate(self, which: str, x: np.ndarray, ctx: StepContext, name: str,
                 tag: str | None = None) -> np.ndarray:
         qs = self.states.get(which)
         if qs is None:
             return x
         return self._quantize_buffer(qs, x, ctx.key, ctx.t, name, tag or which)
 
-    def _inject(self, m: np.ndarray, k: np.ndarray, ctx: _Ctx, name: str) -> np.ndarray:
+    def _inject(self, m: np.ndarray, k: np.ndarray, ctx: StepContext, name: str) -> np.ndarray:
         """``m + k`` stored in ``m``'s format (SR tag ``"m_inject"``); records what survived."""
         new_m = self._qstate("m", m + k, ctx, name, "m_inject")
         if ctx.diag is not None:
@@ -339,8 +418,8 @@ class QuantizedOptimizer:
         key = rng.as_key(key)
         P, bare = _as_dict(params, "params")
         self._check_policy_names(P, bare)
-        lr0 = self.lr_at(0) if self.scheme == "eco_exact" else None
-        ctx = _Ctx(0, lr0 if lr0 is not None else 0.0, None, key,
+        lr0 = self.lr_at(0) if self.scheme_record.exact == "linear" else None
+        ctx = StepContext(0, lr0 if lr0 is not None else 0.0, None, key,
                    pending=self._init_pending(lr0), diag=None)
         out_p: dict[str, np.ndarray] = {}
         bufs: dict[str, dict[str, np.ndarray]] = {b: {} for b in self.buffers}
@@ -361,7 +440,7 @@ class QuantizedOptimizer:
                 qi = self._init_quantizer(name)
                 w = self._quantize_buffer(qi, p, key, "init", name)
             out_p[name] = w
-            for b, arr in self._init_param(name, p, w, q, ctx).items():
+            for b, arr in self.init_param(name, p, w, q, ctx).items():
                 bufs[b][name] = arr
         return _from_dict(out_p, bare), self._make_state(0, key, bufs, bare, ctx.pending)
 
@@ -411,7 +490,7 @@ class QuantizedOptimizer:
         lr_next = self.lr_at(t + 1) if self._needs_next_lr else None
         pending = bool(getattr(state, "pending", False))
         quantized = self.scheme != "fp"
-        ctx = _Ctx(t, lr, lr_next, state.key, pending, _Diag(quantized) if diagnostics else None)
+        ctx = StepContext(t, lr, lr_next, state.key, pending, _Diag(quantized) if diagnostics else None)
         out_p: dict[str, np.ndarray] = {}
         bufs: dict[str, dict[str, np.ndarray]] = {b: {} for b in self.buffers}
         for name, w in P.items():
@@ -423,7 +502,7 @@ class QuantizedOptimizer:
                 raise ValueError(f"state has no {missing} for parameter {name!r}: was it built "
                                  "by this optimizer's init?")
             g = self._qstate("g", G[name], ctx, name)  # the gradient's quantization point
-            new_w, new_b = self._step_param(name, w, g, b, ctx)
+            new_w, new_b = self.step_param(name, w, g, b, ctx)
             out_p[name] = new_w
             for k, arr in new_b.items():
                 bufs[k][name] = arr
@@ -436,9 +515,9 @@ class QuantizedOptimizer:
 
     def _init_pending(self, lr0: float | None) -> bool:
         """Whether the initial state's error is pending (kept out of the momentum)."""
-        return self.scheme == "eco_exact" and lr0 == 0.0
+        return self.scheme_record.exact == "linear" and lr0 == 0.0
 
-    def _next_pending(self, ctx: _Ctx) -> bool:
+    def _next_pending(self, ctx: StepContext) -> bool:
         return False
 
     def _make_state(self, step: int, key: int, bufs: dict, bare: bool, pending: bool) -> tuple:
@@ -464,10 +543,15 @@ class QuantizedOptimizer:
                                      f"(parameters: {sorted(P)})")
 
     # -- subclass hooks ---------------------------------------------------------------------
-    def _init_param(self, name, p, w, q, ctx) -> dict:  # pragma: no cover - abstract
+    def init_param(self, name: str, p: np.ndarray, w: np.ndarray, q: Quantizer | None,
+                   ctx: StepContext) -> dict:  # pragma: no cover - abstract
+        """The initial buffers of parameter ``name`` (full values ``p``, stored ``w``)."""
         raise NotImplementedError
 
-    def _step_param(self, name, w, g, b, ctx) -> tuple:  # pragma: no cover - abstract
+    def step_param(self, name: str, w: np.ndarray, g: np.ndarray, b: dict,
+                   ctx: StepContext) -> tuple:  # pragma: no cover - abstract
+        """One update of parameter ``name``: ``(new stored weights, new buffers)`` from the
+        stored weights ``w``, the gradient ``g`` and the buffers ``b``."""
         raise NotImplementedError
 
 

@@ -61,17 +61,11 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ..checks import check_bool
+from ..checks import check_bool, check_positive
 from ..quantizer import Quantizer
 from .adamw import AdamW
-from .base import (
-    QuantizedOptimizer,
-    _check_beta,
-    _check_real,
-    _make_schedule,
-    _resolve_weights,
-    resolve_states,
-)
+from .base import QuantizedOptimizer
+from .schemes import Scheme, get
 
 __all__ = ["Muon", "MuonState", "muon", "newton_schulz", "NS_COEFFICIENTS"]
 
@@ -171,29 +165,17 @@ class Muon(QuantizedOptimizer):
 
     def __post_init__(self):
         set_ = object.__setattr__
-        set_(self, "weights", _resolve_weights(self.weights, self.scheme))
-        if self.init_weights is not None:
-            set_(self, "init_weights", _resolve_weights(self.init_weights, self.scheme))
-        set_(self, "lr", _make_schedule(self.lr, self.scheme))
-        set_(self, "beta", _check_beta(self.beta, "beta", self.scheme))
+        self._check_fields(("m", "v"), ("beta",))
         set_(self, "nesterov", check_bool(self.nesterov, "nesterov"))
-        set_(self, "prev_scale", check_bool(self.prev_scale, "prev_scale"))
         if isinstance(self.ns_steps, bool) or not isinstance(self.ns_steps, int) \
                 or self.ns_steps < 0:
             raise ValueError(f"ns_steps must be an int >= 0, got {self.ns_steps!r}")
         if self.scale not in _SCALES:
             raise ValueError(f"scale must be one of {_SCALES}, got {self.scale!r}")
-        wd = _check_real(self.weight_decay, "weight_decay")
-        if wd < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {wd!r}")
-        set_(self, "weight_decay", wd)
-        gain = _check_real(self.eco_gain, "eco_gain")
-        if gain < 0:
-            raise ValueError(f"eco_gain must be >= 0, got {gain!r}")
-        set_(self, "eco_gain", gain)
-        set_(self, "states", resolve_states(self.states, ("m", "v"), self.scheme))
+        set_(self, "eco_gain", check_positive(self.eco_gain, "eco_gain", allow_zero=True))
         adam = AdamW(lr=self.lr if self.adam_lr is None else self.adam_lr, b1=self.b1,
-                     b2=self.b2, eps=self.eps, weight_decay=wd, scheme=self.scheme,
+                     b2=self.b2, eps=self.eps, weight_decay=self.weight_decay,
+                     scheme=self.scheme,
                      weights=self.weights, states=self.states,
                      init_weights=self.init_weights, prev_scale=self.prev_scale)
         set_(self, "_adam", adam)
@@ -213,7 +195,7 @@ class Muon(QuantizedOptimizer):
         if shape is None:
             raise ValueError("Muon's buffers depend on the parameter's shape: pass shape=")
         moments = ("m",) if self.is_matrix(tuple(shape)) else ("m", "v")
-        return moments + self._scheme_buffers.get(self.scheme_of(name), ())
+        return moments + self.scheme_object(name).buffers
 
     def shape_scale(self, shape: tuple[int, ...]) -> float:
         """``s`` of the update ``lr * s * NS5(n)`` for a ``(rows, cols...)`` matrix."""
@@ -226,25 +208,20 @@ class Muon(QuantizedOptimizer):
         return 1.0
 
     # -- per-parameter numerics --------------------------------------------------------------
-    def _init_param(self, name, p, w, q, ctx) -> dict:
+    def init_param(self, name, p, w, q, ctx) -> dict:
+        """A matrix: zero momentum and the scheme's buffers; any other parameter: AdamW's."""
         if not self.is_matrix(p.shape):
-            return self._adam._init_param(name, p, w, q, ctx)
-        out = {"m": np.zeros_like(p)}
-        scheme = self.scheme_of(name)
-        if scheme == "master":
-            out["master"] = p
-        elif scheme == "eco_exact":
-            out["e_prev"] = p - w
-        elif scheme == "kahan":
-            out["c"] = self._qcomp(q, p - w, ctx.key, "init", name, "c")
-        return out
+            return self._adam.init_param(name, p, w, q, ctx)
+        return {"m": np.zeros_like(p), **self.init_scheme_buffers(name, p, w, q, ctx)}
 
-    def _step_param(self, name, w, g, b, ctx):
+    def step_param(self, name, w, g, b, ctx):
+        """A matrix: Muon's direction ``s NS5(n)`` and its experimental ECO gain (the scheme
+        does the rest); any other parameter: AdamW's step at ``adam_lr``."""
         if not self.is_matrix(w.shape):
             actx = dataclasses.replace(ctx, lr=self._adam.lr_at(ctx.t))
-            return self._adam._step_param(name, w, g, b, actx)
+            return self._adam.step_param(name, w, g, b, actx)
         q = self.weight_quantizer(name)
-        scheme = self.scheme_of(name)
+        sch = self.scheme_object(name)
         beta, lr = self.beta, ctx.lr
         m = np.multiply(b["m"], beta)
         m += (1.0 - beta) * g
@@ -264,36 +241,26 @@ class Muon(QuantizedOptimizer):
             return w, out
         o = newton_schulz(n, self.ns_steps)
         s = self.shape_scale(w.shape)
-        if scheme == "master":
-            base = b["master"]
-        elif scheme == "eco_exact":
-            base = w + b["e_prev"]
-        elif scheme == "kahan":
-            base = w + b["c"]
-        else:
-            base = w
+        base = sch.base_value(w, b.__getitem__, pending=ctx.pending, linear=False)
+        decay = 1.0 - lr * self.weight_decay
         if self.weight_decay:
-            base = base * (1.0 - lr * self.weight_decay)
+            base = base * decay
         tt = np.multiply(o, -lr * s)
         tt += base  # theta_tilde = base (1 - lr wd) - lr s NS5(n)
-        new_w, e = self._write_scheme(scheme, name, w, tt, q, ctx, out)
-        if e is None:
-            return new_w, out
-        if scheme == "eco":
-            out["m"] = self._inject(m, e * self.eco_coefficient(lr, n, o, s), ctx, name)
-        elif scheme == "eco_exact":
-            out["e_prev"] = e
-        return new_w, out
+        return self.finish_write(sch, name, w, tt, q, ctx, out, m, b, lambda sch: (
+            self.eco_coefficient(lr, n, o, s, sch, decay), None))
 
-    def eco_coefficient(self, lr: float, n: np.ndarray, o: np.ndarray, s: float) -> float:
+    def eco_coefficient(self, lr: float, n: np.ndarray, o: np.ndarray, s: float,
+                        scheme: Scheme | None = None, decay: float = 1.0) -> float:
         """The experimental injection coefficient (module docstring): SGDM's ECO coefficient
-        at the effective learning rate ``lr * s / nu``, ``nu = ||n||_F / ||o||_F``, times
-        ``eco_gain``; 0 when the momentum is zero (nothing to scale by)."""
+        (``scheme``'s, default ``eco``'s) at the effective learning rate ``lr * s / nu``,
+        ``nu = ||n||_F / ||o||_F``, times ``eco_gain``; 0 when the momentum is zero (nothing
+        to scale by)."""
         on = float(np.linalg.norm(o))
         if on == 0.0:
             return 0.0
         nu = float(np.linalg.norm(n)) / on
-        coef = (nu / (lr * s)) * (1.0 - 1.0 / self.beta)
+        coef = (scheme or get("eco")).coefficient(nu / (lr * s), self.beta, decay)
         if self.nesterov:
             coef /= self.beta
         return self.eco_gain * coef

@@ -9,8 +9,6 @@ rate, betas) shared by every optimizer of :mod:`ecosim.optim.base`.
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Callable
@@ -20,7 +18,9 @@ import numpy as np
 from ..formats import Format, get
 from ..quantizer import Quantizer
 from ..rounding import quantize
+from ..checks import check_real
 from .schedules import as_schedule
+from .schemes import REGISTRY, is_eco, names_for
 
 __all__ = [
     "ADAMW_SCHEMES",
@@ -32,12 +32,12 @@ __all__ = [
     "weights_dict",
 ]
 
-#: the schemes every optimizer implements
-SCHEMES = ("fp", "master", "naive", "eco", "eco_exact", "kahan")
-#: AdamW's: SCHEMES and the momentum-exact ECO (:mod:`ecosim.optim.adamw`)
-ADAMW_SCHEMES = SCHEMES + ("eco_momentum_exact",)
+#: the schemes every optimizer implements (:mod:`ecosim.optim.schemes` defines them)
+SCHEMES = tuple(n for n in names_for("sgdm") if n in names_for("adamw") and n in names_for("muon"))
+#: AdamW's: SCHEMES and the AdamW-only ones (the momentum-exact ECO, :mod:`ecosim.optim.adamw`)
+ADAMW_SCHEMES = names_for("adamw")
 #: the schemes whose momentum carries the rounding error (beta in (0, 1) and lr > 0 needed)
-ECO_SCHEMES = ("eco", "eco_exact", "eco_momentum_exact")
+ECO_SCHEMES = tuple(n for n in REGISTRY if is_eco(n))
 
 
 # -- policies ---------------------------------------------------------------------------------
@@ -166,19 +166,10 @@ def resolve_states(states: Any, moments: tuple[str, ...], scheme: str,
     return MappingProxyType(out)
 
 
-def _check_real(value: Any, name: str) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return value
-
-
 def _check_beta(value: Any, name: str, scheme: str) -> float:
     """beta in [0, 1); ECO's coefficient needs beta in (0, 1)."""
-    value = _check_real(value, name)
-    if scheme in ECO_SCHEMES:
+    value = check_real(value, name)
+    if is_eco(scheme):
         if not 0.0 < value < 1.0:
             raise ValueError(f"scheme {scheme!r} needs {name} in (0, 1), got {value!r}: the "
                              f"injection coefficient (1/lr)(1 - 1/{name}) is undefined at 0")
@@ -189,8 +180,8 @@ def _check_beta(value: Any, name: str, scheme: str) -> float:
 
 def _make_schedule(lr: Any, scheme: str) -> Callable[[int], float]:
     if not callable(lr):
-        value = _check_real(lr, "lr")
-        if value <= 0 and scheme in ECO_SCHEMES:
+        value = check_real(lr, "lr")
+        if value <= 0 and is_eco(scheme):
             raise ValueError(f"scheme {scheme!r} needs lr > 0, got {value!r}: the injection "
                              "coefficient (1/lr)(1 - 1/beta) is undefined")
     return as_schedule(lr)

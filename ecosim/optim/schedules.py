@@ -12,11 +12,12 @@ steps followed by a cosine decay to 0.1x the peak: :func:`warmup_cosine` with it
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 from typing import Any, Callable
 
 import numpy as np
+
+from ..checks import check_positive, check_real
 
 __all__ = [
     "Schedule",
@@ -32,24 +33,8 @@ __all__ = [
 ]
 
 
-def _real(value: Any, name: str) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return value
-
-
-def _positive(value: Any, name: str) -> float:
-    value = _real(value, name)
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return value
-
-
 def _fraction(value: Any, name: str) -> float:
-    value = _real(value, name)
+    value = check_real(value, name)
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must be in [0, 1], got {value!r}")
     return value
@@ -104,7 +89,7 @@ class Constant(Schedule):
     lr: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lr", _positive(self.lr, "lr"))
+        object.__setattr__(self, "lr", check_positive(self.lr, "lr"))
 
     def _lr(self, t: np.ndarray) -> np.ndarray:
         return np.full(t.shape, self.lr)
@@ -147,7 +132,7 @@ class WarmupCosine(Schedule):
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "peak", _positive(self.peak, "peak"))
+        set_(self, "peak", check_positive(self.peak, "peak"))
         set_(self, "total_steps", _count(self.total_steps, "total_steps"))
         for name in ("warmup_frac", "init_frac", "final_frac"):
             set_(self, name, _fraction(getattr(self, name), name))
@@ -190,9 +175,9 @@ class StepDecay(Schedule):
     factor: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lr", _positive(self.lr, "lr"))
+        object.__setattr__(self, "lr", check_positive(self.lr, "lr"))
         object.__setattr__(self, "every", _count(self.every, "every"))
-        factor = _positive(self.factor, "factor")
+        factor = check_positive(self.factor, "factor")
         if factor > 1:
             raise ValueError(f"factor must be in (0, 1], got {factor!r}")
         object.__setattr__(self, "factor", factor)
@@ -218,8 +203,8 @@ class InverseTime(Schedule):
     t0: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lr", _positive(self.lr, "lr"))
-        object.__setattr__(self, "t0", _positive(self.t0, "t0"))
+        object.__setattr__(self, "lr", check_positive(self.lr, "lr"))
+        object.__setattr__(self, "t0", check_positive(self.t0, "t0"))
 
     def _lr(self, t: np.ndarray) -> np.ndarray:
         return self.lr / (1.0 + t / self.t0)

@@ -66,15 +66,8 @@ import numpy as np
 
 from ..checks import check_bool
 from ..quantizer import Quantizer
-from .base import (
-    QuantizedOptimizer,
-    _check_beta,
-    _check_real,
-    _Ctx,
-    _make_schedule,
-    _resolve_weights,
-    resolve_states,
-)
+from .base import QuantizedOptimizer, StepContext
+from .schemes import Scheme, get
 
 __all__ = ["SGDM", "SGDMState", "sgdm"]
 
@@ -122,22 +115,12 @@ class SGDM(QuantizedOptimizer):
     name = "sgdm"
     State = SGDMState
     buffers = ("m", "master", "e_prev", "c")
+    linear = True  # the update is linear in m: exact ECO carries its error in the momentum
 
     def __post_init__(self):
-        set_ = object.__setattr__
-        set_(self, "weights", _resolve_weights(self.weights, self.scheme))
-        if self.init_weights is not None:
-            set_(self, "init_weights", _resolve_weights(self.init_weights, self.scheme))
-        set_(self, "lr", _make_schedule(self.lr, self.scheme))
-        set_(self, "beta", _check_beta(self.beta, "beta", self.scheme))
-        wd = _check_real(self.weight_decay, "weight_decay")
-        if wd < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {wd!r}")
-        set_(self, "weight_decay", wd)
-        set_(self, "nesterov", check_bool(self.nesterov, "nesterov"))
-        set_(self, "heavy_ball", check_bool(self.heavy_ball, "heavy_ball"))
-        set_(self, "prev_scale", check_bool(self.prev_scale, "prev_scale"))
-        set_(self, "states", resolve_states(self.states, ("m",), self.scheme))
+        self._check_fields(("m",), ("beta",))
+        object.__setattr__(self, "nesterov", check_bool(self.nesterov, "nesterov"))
+        object.__setattr__(self, "heavy_ball", check_bool(self.heavy_ball, "heavy_ball"))
 
     # -- coefficients ------------------------------------------------------------------------
     @property
@@ -145,9 +128,10 @@ class SGDM(QuantizedOptimizer):
         """How much of a momentum offset reaches the next update: beta (beta**2 Nesterov)."""
         return self.beta * self.beta if self.nesterov else self.beta
 
-    def alpha(self, lr: float) -> float:
-        """ECO's injection coefficient ``(1/lr)(1 - 1/beta)`` (over beta again with Nesterov)."""
-        a = (1.0 / lr) * (1.0 - 1.0 / self.beta)
+    def alpha(self, lr: float, scheme: Scheme | None = None) -> float:
+        """ECO's injection coefficient ``(1/lr)(1 - 1/beta)`` (over beta again with Nesterov):
+        ``scheme``'s coefficient (default ``eco``'s) at the rate ``1/lr``."""
+        a = (scheme or get("eco")).coefficient(1.0 / lr, self.beta)
         return a / self.beta if self.nesterov else a
 
     def virtual_coefficient(self, lr: float) -> float:
@@ -164,34 +148,28 @@ class SGDM(QuantizedOptimizer):
 
     @property
     def _needs_next_lr(self) -> bool:
-        return self.scheme == "eco_exact"
+        return bool(self.scheme_record.exact)
 
-    def _next_pending(self, ctx: _Ctx) -> bool:
-        if self.scheme != "eco_exact":
+    def _next_pending(self, ctx: StepContext) -> bool:
+        if not self.scheme_record.exact:
             return False
         if ctx.lr == 0.0:
             return ctx.pending
         return ctx.lr_next == 0.0
 
     # -- per-parameter numerics --------------------------------------------------------------
-    def _init_param(self, name, p, w, q, ctx) -> dict:
-        out = {"m": np.zeros_like(p)}
-        scheme = self.scheme_of(name)
-        if scheme == "master":
-            out["master"] = p
-        elif scheme == "eco_exact":
-            e0 = p - w
-            out["e_prev"] = e0
-            if not ctx.pending:  # m_0 = -e_0 / (gain lr_0)
-                m0 = e0 * (-1.0 / (self.gain * ctx.lr))
-                out["m"] = self._qstate("m", m0, ctx, name, "init_m")
-        elif scheme == "kahan":
-            out["c"] = self._qcomp(q, p - w, ctx.key, "init", name, "c")
+    def init_param(self, name, p, w, q, ctx) -> dict:
+        """Zero momentum and the scheme's buffers; exact ECO's ``m_0 = -e_0 / (gain lr_0)``."""
+        out = {"m": np.zeros_like(p), **self.init_scheme_buffers(name, p, w, q, ctx)}
+        if self.scheme_object(name).exact and not ctx.pending:  # m_0 = -e_0 / (gain lr_0)
+            m0 = out["e_prev"] * (-1.0 / (self.gain * ctx.lr))
+            out["m"] = self._qstate("m", m0, ctx, name, "init_m")
         return out
 
-    def _step_param(self, name, w, g, b, ctx):
+    def step_param(self, name, w, g, b, ctx):
+        """SGDM's direction ``u`` and ECO gain ``alpha(lr)``; the scheme does the rest."""
         q = self.weight_quantizer(name)
-        scheme = self.scheme_of(name)
+        sch = self.scheme_object(name)
         beta, lr = self.beta, ctx.lr
         if self.weight_decay:
             g = g + self.weight_decay * w  # coupled L2 at the stored weights
@@ -214,30 +192,21 @@ class SGDM(QuantizedOptimizer):
             if ctx.diag is not None:
                 ctx.diag.add(name, w, w, None, q is not None)
             return w, out
-        if scheme == "master":
-            base = b["master"]
-        elif scheme == "kahan":
-            base = w + b["c"]
-        elif scheme == "eco_exact" and ctx.pending:
-            base = w + b["e_prev"]
-        else:
-            base = w
+        base = sch.base_value(w, b.__getitem__, pending=ctx.pending, linear=True)
         tt = np.multiply(u, -lr)
         tt += base  # theta_tilde = base - lr * u
-        new_w, e = self._write_scheme(scheme, name, w, tt, q, ctx, out)
-        if e is None:
-            return new_w, out
-        if scheme == "eco":
-            e *= self.alpha(lr)
-            out["m"] = self._inject(m, e, ctx, name)
-        elif scheme == "eco_exact":
-            if not ctx.pending:
-                m += b["e_prev"] * (beta / (self.gain * lr))
-            if ctx.lr_next > 0.0:
-                m -= e * (1.0 / (self.gain * ctx.lr_next))
-            out["m"] = self._qstate("m", m, ctx, name, "m_inject")
-            out["e_prev"] = e
-        return new_w, out
+        return self.finish_write(sch, name, w, tt, q, ctx, out, m, b,
+                                 lambda sch: (self.alpha(lr, sch), None), self._exact_injection)
+
+    def _exact_injection(self, m, e_prev, e, ctx, name):
+        """Exact ECO: ``m += e_prev beta / (gain lr(t)) - e / (gain lr(t+1))`` (module
+        docstring), the first term only when the error is not pending, the second only when
+        ``lr(t+1) > 0``."""
+        if not ctx.pending:
+            m += e_prev * (self.beta / (self.gain * ctx.lr))
+        if ctx.lr_next > 0.0:
+            m -= e * (1.0 / (self.gain * ctx.lr_next))
+        return self._qstate("m", m, ctx, name, "m_inject")
 
 
 def sgdm(lr: float | Callable[[int], float], beta: float = 0.9, *, scheme: str = "eco",

@@ -29,12 +29,12 @@ would hand step 0 the very bits of its initial point. Every draw here therefore 
 """
 from __future__ import annotations
 
-import math
-import numbers
 import operator
 from typing import Any, ClassVar
 
 import numpy as np
+
+from ..checks import check_positive, check_real  # noqa: F401 - the problems' checks, shared
 
 __all__ = ["Problem", "keyed_rng"]
 
@@ -86,25 +86,6 @@ def check_dtype(dtype: Any) -> np.dtype:
     if not np.issubdtype(dt, np.floating):
         raise TypeError(f"dtype must be a NumPy floating dtype (e.g. float64), got {dt}")
     return dt
-
-
-def check_real(value: Any, name: str) -> float:
-    """Returns ``value`` as a float if it is a finite real number (not a bool), else raises."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return value
-
-
-def check_positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
-    """Returns ``value`` as a float if it is a finite real > 0 (or >= 0), else raises."""
-    value = check_real(value, name)
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-    return value
 
 
 def check_params(params: Any, d: int, dtype: np.dtype) -> np.ndarray:

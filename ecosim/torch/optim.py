@@ -87,11 +87,13 @@ are :meth:`~ECOAdamW.diagnostics` (``diagnostics=True``), not a step's return va
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import torch
 
 from ..checks import check_bool
+from ..optim.schemes import is_eco
 from .optim_base import _ECOBase
 from .numerics import _div, _sqrt
 
@@ -150,7 +152,7 @@ class ECOSGD(_ECOBase):
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, *, scheme="eco",
                  weights=None, key=0, nesterov=False, heavy_ball=False, states=None,
                  diagnostics=False):
-        lo_ok = scheme not in ("eco", "eco_exact")
+        lo_ok = not is_eco(scheme)
         if not (0.0 <= momentum < 1.0) or (not lo_ok and momentum == 0.0):
             raise ValueError(f"momentum must be in {'[0, 1)' if lo_ok else '(0, 1)'} for "
                              f"scheme {scheme!r}, got {momentum!r}")
@@ -162,6 +164,9 @@ class ECOSGD(_ECOBase):
                                       weight_decay=float(weight_decay), next_lr=None),
                          scheme, weights, key, states, diagnostics)
 
+    _twin = "sgdm"
+    _linear = True
+
     def _gain(self, beta):
         return beta * beta if self.nesterov else beta
 
@@ -170,23 +175,17 @@ class ECOSGD(_ECOBase):
         return group["lr"] if nl is None else nl
 
     def _check_group(self, group):
-        if self.scheme == "eco_exact" and (group["lr"] == 0.0 or self._lr_next(group) <= 0.0):
+        if self._scheme_record().exact and (group["lr"] == 0.0
+                                            or self._lr_next(group) <= 0.0):
             raise ValueError("eco_exact with a zero learning rate (this step's or the next's) "
                              "is not supported here (NumPy keeps the error pending)")
 
     def _init_state(self, st, group, meta, full, w):
-        name, key = meta.name, self._key(group, meta)
         self._zeros(st, "m", full)
-        if meta.scheme == "master":
-            if "master" not in self.states:
-                st["master"] = full
-        elif meta.scheme == "eco_exact":
-            e0 = full - w
-            st["e_prev"] = e0
-            m0 = e0 * (-1.0 / (self._gain(group["momentum"]) * group["lr"]))
-            self._keep(st, "m", m0, key, 0, name, "init_m")
-        elif meta.scheme == "kahan":
-            self._keep(st, "c", full - w, key, "init", name, "c", codec=meta.comp)
+        self._init_scheme_state(st, group, meta, full, w)
+        if meta.sch.exact:  # m_0 = -e_0 / (gain lr_0)
+            m0 = st["e_prev"] * (-1.0 / (self._gain(group["momentum"]) * group["lr"]))
+            self._keep(st, "m", m0, self._key(group, meta), 0, meta.name, "init_m")
 
     def _step_param(self, meta, p, w, g, st, group, t):
         beta, lr, wd = group["momentum"], group["lr"], group["weight_decay"]
@@ -204,27 +203,21 @@ class ECOSGD(_ECOBase):
             u = m
         if lr == 0.0:  # no write: no rounding, no error, nothing to inject
             return
-        if meta.scheme == "master":
-            base = self._load(st, "master", w)
-        elif meta.scheme == "kahan":
-            base = w + self._load(st, "c", w, meta.comp)
-        else:
-            base = w
+        base = self._base(meta, st, w)
         tt = u * (-lr)
         tt += base  # theta_tilde = base - lr * u
-        e = self._write_scheme(meta, p, st, w, tt, key, t)
-        if e is None:
-            return
         gain = self._gain(beta)
-        if meta.scheme == "eco":
-            a = (1.0 / lr) * (1.0 - 1.0 / beta)
-            e *= a / beta if self.nesterov else a
-            self._inject(st, m, e, key, t, name)
-        else:  # eco_exact
-            m += st["e_prev"] * (beta / (gain * lr))
+
+        def eco_gain(sch):
+            a = sch.coefficient(1.0 / lr, beta)
+            return (a / beta if self.nesterov else a), None
+
+        def exact(m, e_prev, e):
+            m += e_prev * (beta / (gain * lr))
             m -= e * (1.0 / (gain * self._lr_next(group)))
             self._keep(st, "m", m, key, t, name, "m_inject")
-            st["e_prev"] = e
+
+        self._finish_write(meta, p, st, w, tt, key, t, m, eco_gain, exact)
 
 
 class ECOAdamW(_ECOBase):
@@ -272,12 +265,13 @@ class ECOAdamW(_ECOBase):
     """
 
     _moments = ("m", "v")
+    _twin = "adamw"
 
     def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
                  scheme="eco", weights=None, key=0, states=None, wd_corrected_injection=False,
                  compile=False, diagnostics=False):
         b1, b2 = (float(b) for b in betas)
-        eco = scheme in ("eco", "eco_exact")
+        eco = is_eco(scheme)
         if not (0.0 <= b1 < 1.0) or (eco and b1 == 0.0):
             raise ValueError(f"betas[0] must be in {'(0, 1)' if eco else '[0, 1)'} for scheme "
                              f"{scheme!r}, got {b1!r}")
@@ -294,17 +288,17 @@ class ECOAdamW(_ECOBase):
                                       weight_decay=float(weight_decay)), scheme, weights, key,
                          states, diagnostics)
 
+    def _scheme_record(self):
+        """The scheme's record; ``wd_corrected_injection`` makes an injection decay-corrected."""
+        sch = super()._scheme_record()
+        if self.wd_corrected_injection and sch.after == "inject":
+            return dataclasses.replace(sch, decay_corrected=True)
+        return sch
+
     def _init_state(self, st, group, meta, full, w):
         self._zeros(st, "m", full)
         self._zeros(st, "v", full)
-        if meta.scheme == "master":
-            if "master" not in self.states:
-                st["master"] = full
-        elif meta.scheme == "eco_exact":
-            st["e_prev"] = full - w
-        elif meta.scheme == "kahan":
-            self._keep(st, "c", full - w, self._key(group, meta), "init", meta.name, "c",
-                       codec=meta.comp)
+        self._init_scheme_state(st, group, meta, full, w)
 
     def _step_param(self, meta, p, w, g, st, group, t):
         (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]
@@ -318,30 +312,13 @@ class ECOAdamW(_ECOBase):
         if lr == 0.0:  # no write: no rounding, no error, nothing to inject
             return
         d, tt = self._math.direction(m, v, bc1, bc2, eps, lr)
-        if meta.scheme == "master":
-            base = self._load(st, "master", w)
-        elif meta.scheme == "eco_exact":
-            base = w + st["e_prev"]
-        elif meta.scheme == "kahan":
-            base = w + self._load(st, "c", w, meta.comp)
-        else:
-            base = w
+        base = self._base(meta, st, w)
         decay = 1.0 - lr * wd
         if wd:
             base = base * decay
         torch.sub(base, tt, out=tt)  # theta_tilde = base (1 - lr wd) - (lr/bc1) m / d
-        e = self._write_scheme(meta, p, st, w, tt, key, t)
-        if e is None:
-            return
-        if meta.scheme == "eco":
-            coef = (bc1 / lr) * (1.0 - 1.0 / b1)
-            if self.wd_corrected_injection:
-                coef *= decay
-            d *= coef
-            d *= e
-            self._inject(st, m, d, key, t, name)
-        else:  # eco_exact
-            st["e_prev"] = e
+        self._finish_write(meta, p, st, w, tt, key, t, m,
+                           lambda sch: (sch.coefficient(bc1 / lr, b1, decay), d))
 
 
 class _AdamMath:

@@ -2,7 +2,10 @@
 :class:`~ecosim.torch.optim.ECOAdamW`) share: naming parameters, the initial weight write,
 low-precision buffers (stored as codes, SR keys per buffer), the weight write of every scheme,
 the gradient checks and the step loop. Each optimizer adds its state (``_init_state``) and its
-update (``_step_param``); see :mod:`ecosim.torch.optim` for the rules and the SR keys.
+update (``_step_param``: its direction and its injection gain); which buffers a scheme keeps,
+where its write starts and what follows it are the scheme records of
+:mod:`ecosim.optim.schemes`, shared with NumPy. See :mod:`ecosim.torch.optim` for the rules and
+the SR keys.
 Checkpoints are :mod:`ecosim.torch.optim_state`'s, diagnostics :mod:`ecosim.torch.optim_diag`'s,
 shard layouts :mod:`ecosim.torch.dtensor`'s.
 """
@@ -20,6 +23,7 @@ from ..checks import check_bool
 from ..optim.base import resolve_states as _np_resolve_states
 from ..optim.base import weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer
+from ..optim.schemes import REGISTRY, Scheme, get, injection, is_eco, torch_names_for
 from .dtensor import (_check_sharded_quantizer, _Shard, _shard_of, _ShardKey, _sr_key,
                       is_dtensor, local_tensor)
 from .nn import _Codec, stored
@@ -27,14 +31,12 @@ from .optim_diag import _DiagnosticsMixin, _StepDiag
 from .optim_state import _CheckpointMixin
 from .quantizer import Encoded, Quantizer
 
-_SCHEMES = ("master", "naive", "eco", "eco_exact", "kahan")
-
 
 def _check_lr(lr, scheme):
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) \
             or lr < 0:
         raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
-    if scheme in ("eco", "eco_exact") and lr <= 0:
+    if is_eco(scheme) and lr <= 0:
         raise ValueError(f"scheme {scheme!r} needs lr > 0 (its injection divides by lr), "
                          f"got {lr!r}")
 
@@ -62,6 +64,7 @@ class _Meta:
     q: Quantizer | None        # the weight quantizer (None: full precision, updated as "fp")
     layer: object | None       # the QuantizedLinear holding the codes, for stored weights
     scheme: str
+    sch: Scheme                # the scheme's record (fp's when not quantized)
     codec: _Codec | None = None  # the weight quantizer's storage
     comp: _Codec | None = None  # Kahan's compensation buffer
     shard: "_Shard | None" = None  # where this process's rows sit (DTensor parameters)
@@ -71,14 +74,17 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
     """The optimizer both ECO optimizers are: see the module docstring."""
 
     _moments: tuple = ("m",)
+    _twin: str = "sgdm"  # the NumPy optimizer this one mirrors (its schemes, its rules)
+    _linear: bool = False  # the update is linear in m (exact ECO through the momentum)
 
     def __init__(self, params, defaults, scheme, weights, key, states, diagnostics=False):
         self.collect_diagnostics = check_bool(diagnostics, "diagnostics")
         self._never: dict[str, torch.Tensor] = {}  # name -> weights never changed (diagnostics)
         self._last_diag: dict | None = None
         self._diag: _StepDiag | None = None
-        if scheme not in _SCHEMES:
-            raise ValueError(f"scheme must be one of {_SCHEMES}, got {scheme!r}")
+        schemes = torch_names_for(self._twin)
+        if scheme not in schemes:
+            raise ValueError(f"scheme must be one of {schemes}, got {scheme!r}")
         self.scheme = scheme
         self.weights = _resolve_weights(weights)
         self.states = self._resolve_states(states, scheme)
@@ -96,6 +102,10 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
             raise ValueError(f"scheme {scheme!r} has nothing to quantize: pass weights= (an "
                              "ecosim.torch.Quantizer, or a dict name -> Quantizer | None) or "
                              "parameters stored by ecosim.torch.nn.store_weights")
+
+    def _scheme_record(self) -> Scheme:
+        """The record of ``self.scheme`` (:mod:`ecosim.optim.schemes`)."""
+        return get(self.scheme)
 
     @classmethod
     def _resolve_states(cls, states, scheme) -> dict:
@@ -155,8 +165,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         if layer is not None:  # W_0 when the layer still has it (see ecosim.torch.nn)
             w0 = layer.pop_initial()
             full = (w0.to(device=layer.codes.device, dtype=layer._value_dtype, copy=True)
-                    if w0 is not None
-                    and self.scheme in ("master", "eco_exact", "kahan") else layer.read())
+                    if w0 is not None and get(self.scheme).buffers else layer.read())
         else:
             if p.dtype not in (torch.float32, torch.float64):
                 raise TypeError(f"parameter {name!r} must be float32 or float64, got {p.dtype}")
@@ -172,9 +181,10 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
                 "channel; store it with ecosim.torch.quantize_model/store_weights (one scale "
                 "per output channel) or give it weights=None or a tensor-wise quantizer")
         meta = _Meta(name, q, layer, self.scheme if q is not None else "fp",
+                     self._scheme_record() if q is not None else REGISTRY["fp"],
                      layer._codec if layer is not None else (_Codec(q) if q else None),
                      shard=shard)
-        if meta.scheme == "kahan":
+        if "c" in meta.sch.buffers:
             meta.comp = _Codec(compensation_quantizer(q))
         if shard is not None:
             if q is not None:
@@ -190,7 +200,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         self._meta[name] = meta
         st = self.state[p]
         key = self._key(group, meta)
-        if meta.scheme == "master" and "master" in self.states:  # the stored master copy
+        if meta.sch.after == "master" and "master" in self.states:  # the stored master copy
             full = self._keep(st, "master", full, key, "init", name, "master")
         if q is None:
             w = full
@@ -263,22 +273,60 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
 
     def _write_scheme(self, meta, p, st, w, tt, key, t):
         """NumPy's ``_write_scheme``: round ``tt`` onto the weight grid per scheme; returns
-        ``e = tt - q(tt)`` for eco/eco_exact (``tt`` is overwritten), else None."""
-        if meta.scheme == "fp":
+        ``e = tt - q(tt)`` for the schemes that keep the error (``tt`` is overwritten), else
+        None."""
+        sch = meta.sch
+        if not sch.quantized:
             local_tensor(p).copy_(tt)
             return None
         name = meta.name
-        if meta.scheme == "master":
+        if sch.after == "master":
             tt = self._keep(st, "master", tt, key, t, name, "master")
         new_w = self._write(meta, p, tt, _sr_key(key, t, name)
                             if meta.q.mode == "sr" else None)
-        if meta.scheme in ("master", "naive"):
+        if sch.after in ("master", "drop"):
             return None
         e = tt.sub_(new_w)
-        if meta.scheme == "kahan":
+        if sch.after == "kahan":
             self._keep(st, "c", e, key, t, name, "c", codec=meta.comp)
             return None
         return e
+
+    def _base(self, meta, st, w):
+        """Where ``theta_tilde`` starts: the scheme's base (no pending error here)."""
+        codecs = self._codecs_of(meta)
+        return meta.sch.base_value(w, lambda k: self._load(st, k, w, codecs.get(k)),
+                                   pending=False, linear=self._linear)
+
+    def _finish_write(self, meta, p, st, w, tt, key, t, m, gain, exact=None):
+        """NumPy's ``finish_write``: the scheme's write of ``tt`` and what follows it.
+        ``gain(sch) -> (coef, scale)`` is the optimizer's ECO injection gain
+        (``m += scale * coef * e``, ``coef`` from the scheme's coefficient at the optimizer's
+        rate); ``exact(m, e_prev, e)`` stores the exact injection into ``m``."""
+        e = self._write_scheme(meta, p, st, w, tt, key, t)
+        if e is None:
+            return
+        sch = meta.sch
+        if sch.after == "inject":
+            coef, scale = gain(sch)
+            self._inject(st, m, injection(e, coef, scale), key, t, meta.name)
+        elif sch.through_momentum(self._linear):
+            exact(m, st["e_prev"], e)
+            st["e_prev"] = e
+        else:  # error feedback: w + e_prev is the master
+            st["e_prev"] = e
+
+    def _init_scheme_state(self, st, group, meta, full, w):
+        """The scheme's initial buffers (NumPy's ``init_scheme_buffers``)."""
+        for b in meta.sch.buffers:
+            if b == "master":
+                if "master" not in self.states:
+                    st["master"] = full
+            elif b == "e_prev":
+                st["e_prev"] = full - w
+            else:
+                self._keep(st, "c", full - w, self._key(group, meta), "init", meta.name, "c",
+                           codec=meta.comp)
 
     def _weights_of(self, meta, p):
         return meta.layer.read() if meta.layer is not None else local_tensor(p).detach()

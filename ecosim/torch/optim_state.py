@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from ..optim.schemes import all_buffers
 from .dtensor import _full_tensor, _rows_of, is_dtensor
 from .nn import _raw
 
@@ -39,7 +40,7 @@ class _CheckpointMixin:
             base = k[:-len("_scales")]
             codec = meta.codec if base == "w" else self._codecs_of(meta).get(base)
             return codec is not None and not codec.q.fixed
-        return k in ("m", "v", "master", "e_prev", "c")
+        return k in ("m", "v") + all_buffers()
 
     def state_dict(self):
         """``Optimizer.state_dict`` plus the step counter, low-precision codes as same-size
