@@ -93,3 +93,87 @@ def test_the_shared_real_checks():
         sgdm(0.1, weight_decay=-1.0, scheme="fp")
     with pytest.raises(ValueError, match="eco_gain must be >= 0"):
         muon(0.1, scheme="fp", eco_gain=-1.0)
+
+
+# -- eco_wd: the weight-decay-corrected injection, as its own scheme ------------------------------
+
+def _adam_run(scheme, wd, steps, *, params, grads, q, lr=1e-2, b2=0.999, start=0, **kw):
+    """Stored weights, moments and rounding errors of ``steps`` AdamW steps from ``start``."""
+    opt = adamw(lr, 0.9, b2, 1e-8, wd, scheme=scheme, weights=q, **kw)
+    w, st = opt.init(params, key=5)
+    st = st._replace(step=start)
+    out = [(w, st.m, None)]
+    for t in range(steps):
+        w, st, dg = opt.step(w, grads(t), st, diagnostics=True)
+        out.append((w, st.m, dg["e"]))
+    return out
+
+
+def test_eco_wd_equals_eco_bit_for_bit_without_weight_decay():
+    rs = np.random.default_rng(1)
+    p = {"W": rs.standard_normal((6, 8)).astype(np.float32)}
+    G = [{"W": rs.standard_normal((6, 8)).astype(np.float32)} for _ in range(15)]
+    for states in (None, {"m": "bf16"}):
+        a = _adam_run("eco", 0.0, 15, params=p, grads=G.__getitem__, q=Q, states=states)
+        b = _adam_run("eco_wd", 0.0, 15, params=p, grads=G.__getitem__, q=Q, states=states)
+        for (wa, ma, _), (wb, mb, _) in zip(a, b):
+            np.testing.assert_array_equal(wa["W"], wb["W"])
+            np.testing.assert_array_equal(ma["W"], mb["W"])
+    # with weight decay the injections differ (the test can fail)
+    a = _adam_run("eco", 0.1, 15, params=p, grads=G.__getitem__, q=Q)
+    b = _adam_run("eco_wd", 0.1, 15, params=p, grads=G.__getitem__, q=Q)
+    assert not np.array_equal(a[-1][1]["W"], b[-1][1]["W"])
+    assert memory.bytes_per_param("adamw", "eco_wd") == memory.bytes_per_param("adamw", "eco")
+
+
+@pytest.mark.parametrize("scheme, flag, share", [
+    ("eco_wd", False, 0.0),   # the error drops out of the virtual iterate
+    ("eco", False, 1.0),      # ECO's rule leaves lr wd / (c - b1) of it
+    ("eco", True, 0.9),       # times (1 - lr wd): b1 times as much
+])
+def test_eco_wd_removes_the_error_from_the_decayed_virtual_iterate(scheme, flag, share):
+    """docs/theory.md §4.5 with s and c frozen: b2 = 0 and a constant gradient freeze
+    d = |g| + eps, and from step 400 on the bias correction 1 - 0.9**n is 1.0 in float64. Then
+    x = theta_hat - K m (K = s b1 / (c - b1), c = 1 - lr wd) follows
+    x' = c x - (s c (1 - b1) / (c - b1)) g + rho e with rho = share * lr wd / (c - b1): 0 for
+    eco_wd. The weights live on a fixed int8 grid (step 2^-6), float64."""
+    lr, wd, b1 = 1e-2, 0.5, 0.9
+    c = 1.0 - lr * wd
+    g = np.array([0.5, -1.0, 2.0, -0.75, 1.5, -2.0, 1.0, -0.5])
+    p = np.linspace(-0.5, 0.5, 8)
+    grid = Quantizer("int8", "rtn", scale=2.0**-6)
+    run = _adam_run(scheme, wd, 60, params=p, grads=lambda t: g, q=grid, lr=lr, b2=0.0,
+                    start=400, wd_corrected_injection=flag)
+    s = lr / (np.sqrt(g * g) + 1e-8)
+    K = s * b1 / (c - b1)
+    G = s * c * (1.0 - b1) / (c - b1) * g
+    rho = share * lr * wd / (c - b1)
+    errors = np.array([e for _, _, e in run[1:]])
+    assert np.mean(errors != 0) > 0.5  # the grid does round: there is an error to carry
+    for (w0, m0, _), (w1, m1, e) in zip(run[:-1], run[1:]):
+        x0, x1 = w0 - K * m0, w1 - K * m1
+        # Round-off bound: about ten float64 roundings of values below 4 per step,
+        # 10 * 4 * 2**-53 ~ 4.4e-15; 1e-12 leaves a wide margin, and is far below the
+        # eco residual rho |e| (~1e-4 here).
+        np.testing.assert_allclose(x1 - (c * x0 - G), rho * e, rtol=0, atol=1e-12)
+
+
+def test_torch_eco_wd_follows_numpy_bit_for_bit():
+    torch = pytest.importorskip("torch")
+    import ecosim.torch as et
+    from ecosim.torch.optim import ECOAdamW
+    assert "eco_wd" in torch_names_for("adamw")
+    rs = np.random.default_rng(2)
+    P = {"w": rs.standard_normal((8, 16)).astype(np.float32)}
+    G = [{"w": rs.standard_normal((8, 16)).astype(np.float32)} for _ in range(6)]
+    no = adamw(1e-2, 0.9, 0.999, 1e-8, 0.1, scheme="eco_wd", weights=Q)
+    w, st = no.init(P, key=7)
+    tp = torch.nn.Parameter(torch.from_numpy(P["w"].copy()))
+    to = ECOAdamW([("w", tp)], 1e-2, (0.9, 0.999), 1e-8, 0.1, scheme="eco_wd", key=7,
+                  weights=et.Quantizer("e4m3", "sr", granularity="row"))
+    for g in G:
+        w, st = no.step(w, g, st)
+        tp.grad = torch.from_numpy(g["w"])
+        to.step()
+        assert torch.equal(tp.detach(), torch.from_numpy(w["w"]))
+        assert torch.equal(to.state_values(tp, "m"), torch.from_numpy(st.m["w"]))

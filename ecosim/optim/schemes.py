@@ -50,6 +50,13 @@ def _eco_rule(rate: float, beta: float, decay: float) -> float:
     return rate * (1.0 - 1.0 / beta)
 
 
+def _decayed_rule(rate: float, beta: float, decay: float) -> float:
+    """``eco_wd``'s coefficient ``rate (1 - decay/beta)``: with ``s`` and ``decay = 1 - lr wd``
+    frozen, the rounding error drops out of the virtual iterate ``theta_hat - K m``, ``K = s
+    beta / (decay - beta)``, exactly (docs/theory.md §4.5); ``decay = 1`` is ECO's rule."""
+    return rate * (1.0 - decay / beta)
+
+
 @dataclasses.dataclass(frozen=True)
 class Scheme:
     """One weight-update scheme.
@@ -172,6 +179,9 @@ REGISTRY: dict[str, Scheme] = {s.name: s for s in (
                                  "sized with the current d (isolates ECO's e_prev ~ e)",
            buffers=("e_prev",), base="error", after="exact", exact="momentum",
            optimizers=("adamw",), torch=False),
+    Scheme("eco_wd", "ECO with the injection sized for decoupled weight decay: "
+                     "rate (1 - (1 - lr wd)/beta); equals eco at wd = 0",
+           after="inject", rule=_decayed_rule, optimizers=("adamw",)),
 )}
 
 
