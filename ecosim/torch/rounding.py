@@ -21,8 +21,10 @@ overhead of microseconds dominates smaller ones); elsewhere the whole tensor is 
 chunk whose magnitudes are all at most the format's max (no NaN, inf or overflow: the common
 case) adds the rounding carry to the bits with their sign and truncates, five in-place int32
 ops for RTN, skipping the overflow, sign and NaN passes; other chunks take the general path.
-Random bits for ``key=`` come from :mod:`ecosim.torch.rng` as int32 words, element ``i`` (C
-order) using counter ``counter + i``, exactly as in NumPy.
+Random bits for ``key=``: element ``i`` (C order) uses counter ``counter + i``, exactly as in
+NumPy; float32 work takes them as int32 words, on the CPU from NumPy's own generator
+(:func:`ecosim.rng.fill_bits`, writing into the tensor's memory: the same words at a fraction
+of the per-call overhead of torch ops), elsewhere from :mod:`ecosim.torch.rng`.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from ..rounding import MODES, SR_RULES
 from ..rounding import Plan as _Plan
 from ..rounding import plan as _plan
 from ..rounding import representable as _representable
-from ..rng import seed_and_counter
+from ..rng import fill_bits, seed_and_counter
 from ..rounding import src_for as _src_for
 from . import rng as trng
 
@@ -174,11 +176,13 @@ def _run_chunks(plan: _Plan, b: torch.Tensor, out: torch.Tensor, bits_src) -> No
     m = min(n, step)
     keyed = bits_src is not None and bits_src[0] == "key"
     narrow = plan.src.mant != 52  # int32 working bits
+    cpu_words = keyed and narrow and b.device.type == "cpu"
     buf = work = None
     if keyed:
-        # int32 words straight from the mixer for float32 work; int64 [0, 2**32) for float64
+        # int32 words for float32 work (NumPy's generator on the CPU, torch's mixer elsewhere);
+        # int64 values in [0, 2**32) for float64 work
         buf = torch.empty(m, dtype=torch.int32, device=b.device)
-        work = trng.make_work(b.device, m)
+        work = None if cpu_words else trng.make_work(b.device, m)
         wide_bits = None if narrow else torch.empty(m, dtype=torch.int64, device=b.device)
     small_idx, small_bits = [], []
     ws = (torch.empty(m, dtype=b.dtype, device=b.device),
@@ -190,6 +194,11 @@ def _run_chunks(plan: _Plan, b: torch.Tensor, out: torch.Tensor, bits_src) -> No
         if bits_src is not None:
             if bits_src[0] == "bits":
                 r = bits_src[1][lo:hi]
+            elif cpu_words:
+                # NumPy's generator writing into the same memory: the same words (both are
+                # ecosim.rng's hash), at a fraction of the per-call overhead of torch's ops
+                r = buf[:hi - lo]
+                fill_bits(bits_src[1], bits_src[2] + lo, r.numpy().view(np.uint32))
             else:
                 r = trng.fill_bits32(bits_src[1], bits_src[2] + lo, buf[:hi - lo], work)
                 if not narrow:
@@ -199,15 +208,18 @@ def _run_chunks(plan: _Plan, b: torch.Tensor, out: torch.Tensor, bits_src) -> No
             continue
         idx = _float_kernel(plan, b[lo:hi], out[lo:hi], r, [w[:hi - lo] for w in ws])
         if idx.numel():
-            small_idx.append(idx + lo)
+            small_idx.append(idx + lo if lo else idx)
             if r is not None:
                 small_bits.append(_low32(r.index_select(0, idx)))
     if small_idx:
-        idx = torch.cat(small_idx)
+        idx = torch.cat(small_idx) if len(small_idx) > 1 else small_idx[0]
         # index_select/index_copy_: advanced indexing is ~100x slower on multi-threaded CPUs.
         bs = b.index_select(0, idx)
         a = bs & ~_signbit(plan.src.mant == 52)
-        rs = _small_values(plan, a.to(torch.int64), torch.cat(small_bits) if small_bits else None)
+        rbits = None
+        if small_bits:
+            rbits = torch.cat(small_bits) if len(small_bits) > 1 else small_bits[0]
+        rs = _small_values(plan, a.to(torch.int64), rbits)
         rs = rs.to(b.dtype)
         _finish(plan, bs, a, rs)
         out.index_copy_(0, idx, rs)
@@ -459,6 +471,8 @@ def _small_values(plan: _Plan, a: torch.Tensor, rbits) -> torch.Tensor:
     fmt, src = plan.fmt, plan.src
     S = src.mant
     E = a >> S
+    if plan.uniform_small and S == 23 and plan.sr_rule == "floor":
+        return _uniform_small_values(plan, a, E, rbits)
     m = a & ((1 << S) - 1)
     normal = E > 0
     sig = torch.where(normal, m | (1 << S), m)  # < 2**(S+1) <= 2**53
@@ -497,6 +511,29 @@ def _small_values(plan: _Plan, a: torch.Tensor, rbits) -> torch.Tensor:
     if not fmt.has_zero:
         n = n.clamp(min=1)  # nothing below the smallest value (ml_dtypes maps it there)
     return pow2_bits(n, qexp, src)
+
+
+def _uniform_small_values(plan: _Plan, a: torch.Tensor, E: torch.Tensor, rbits) -> torch.Tensor:
+    """:func:`_small_values` where every input shares the step ``2**qexp`` (float32 work).
+
+    With ``|x| = sig * 2**ex`` and ``d = qexp - ex >= 1``, the count of steps is ``sig`` with
+    ``d`` bits dropped, rounded as in the normal range: add the carry (half a step minus one
+    plus the kept lowest bit, or the top ``d`` of the random bits) and shift. ``d`` is clamped
+    at 62: ``sig < 2**24``, so every count past that shift is 0 either way.
+    """
+    src = plan.src
+    S = src.mant
+    sig = (a & ((1 << S) - 1)) | (E.clamp(max=1) << S)  # the implicit bit of normals
+    d = (plan.qexp + src.bias + S - E.clamp(min=1)).clamp_(max=62)  # ex = max(E, 1) - bias - S
+    if plan.sr:
+        nb = plan.nbits
+        add = (rbits & ((1 << nb) - 1)) >> (nb - d).clamp(min=0)
+        add <<= (d - nb).clamp_(min=0)
+    else:
+        add = (sig >> d) & 1
+        add += (1 << (d - 1)) - 1
+    add += sig
+    return pow2_bits(add >> d, plan.qexp, src)
 
 
 def _int_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits) -> None:
