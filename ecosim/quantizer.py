@@ -188,16 +188,17 @@ class Quantizer(QuantizerConfig):
         dt = self._scales_dtype(xb)
         if self.fixed:
             return np.full((1,) * xb.ndim, self.scale, dtype=dt)
-        if not np.isfinite(xb).all():
-            raise _nonfinite(xb)
         a = np.abs(xb.astype(dt, copy=False))
-        tiny = np.finfo(dt).tiny
+        amax = a.max(axis=axes, keepdims=True, initial=0.0)
+        if not np.isfinite(amax).all():  # NaN and inf show in their block's maximum
+            raise _nonfinite(xb)
         if self.scale == "absmean":
+            tiny = np.finfo(dt).tiny
             s = a.mean(axis=axes, keepdims=True, dtype=np.float64).astype(dt)
-            zero = a.max(axis=axes, keepdims=True, initial=0.0) == 0
+            zero = amax == 0
             s = np.maximum(s, tiny)  # an underflowing scale: the smallest normal
             return np.where(zero, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
-        return self._absmax_scales(a.max(axis=axes, keepdims=True, initial=0.0), dt)
+        return self._absmax_scales(amax, dt)
 
     def _absmax_scales(self, amax: np.ndarray, dt: np.dtype, tiny=None) -> np.ndarray:
         """Scales of blocks of absolute maximum ``amax`` (finite) under ``absmax``/``absmax_pow2``

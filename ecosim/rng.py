@@ -19,6 +19,7 @@ from a key and data (a step number, a parameter name), as JAX's ``fold_in`` does
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import numbers
 
@@ -44,9 +45,10 @@ def _mix64_int(z: int) -> int:
 
 def as_key(key) -> int:
     """Validate a key: a non-negative integer (numpy integers accepted), reduced mod 2**64."""
-    if isinstance(key, bool) or not isinstance(key, numbers.Integral):
-        raise TypeError(f"a key must be an int, got {type(key).__name__}")
-    key = int(key)
+    if type(key) is not int:  # the common case skips the (slow) abstract-class check
+        if isinstance(key, bool) or not isinstance(key, numbers.Integral):
+            raise TypeError(f"a key must be an int, got {type(key).__name__}")
+        key = int(key)
     if key < 0:
         raise ValueError(f"a key must be non-negative, got {key}")
     return key & _MASK64
@@ -96,15 +98,18 @@ def mix32_int(x: int) -> int:
     return x ^ (x >> 16)
 
 
+_U15, _U16, _UA, _UB = (np.uint32(v) for v in (15, 16, _M32A, _M32B))
+
+
 def _mix32(x: np.ndarray, t: np.ndarray) -> None:
     """lowbias32, in place on a uint32 array (``t`` is scratch space of the same size)."""
-    np.right_shift(x, np.uint32(16), out=t)
+    np.right_shift(x, _U16, out=t)
     x ^= t
-    x *= np.uint32(_M32A)
-    np.right_shift(x, np.uint32(15), out=t)
+    x *= _UA
+    np.right_shift(x, _U15, out=t)
     x ^= t
-    x *= np.uint32(_M32B)
-    np.right_shift(x, np.uint32(16), out=t)
+    x *= _UB
+    np.right_shift(x, _U16, out=t)
     x ^= t
 
 
@@ -118,7 +123,12 @@ def fill_bits(seed: int, counter: int, out: np.ndarray) -> np.ndarray:
     n = out.size
     k0, k1 = seed & _MASK32, seed >> 32
     t = np.empty(min(n, _BLOCK), np.uint32)
-    for pos, m, lo, hi in counter_blocks(counter, n, _BLOCK):
+    lo = counter & _MASK32
+    # one block (what counter_blocks yields when n fits in a block and the low word does not
+    # wrap), without the generator: most draws are of a few thousand values
+    blocks = ([(0, n, lo, (counter & _MASK64) >> 32)] if 0 < n <= _BLOCK and lo + n <= 1 << 32
+              else counter_blocks(counter, n, _BLOCK))
+    for pos, m, lo, hi in blocks:
         x = out[pos:pos + m]
         np.add(_BASE[:m], np.uint32(lo), out=x)  # no wrap: lo + m <= 2**32
         x ^= np.uint32(k0)
@@ -172,7 +182,17 @@ _BLOCK = 1 << 15
 _BASE = np.arange(_BLOCK, dtype=np.uint32)
 
 
+@functools.lru_cache(maxsize=4096)
+def _str_word(data: str) -> int:
+    """The BLAKE2b word of a string (cached: a run folds in the same few names every step)."""
+    return int.from_bytes(hashlib.blake2b(data.encode(), digest_size=8).digest(), "little")
+
+
 def _data_word(data) -> int:
+    if type(data) is int:
+        return data & _MASK64
+    if type(data) is str:
+        return _str_word(data)
     if isinstance(data, str):
         return int.from_bytes(hashlib.blake2b(data.encode(), digest_size=8).digest(), "little")
     if isinstance(data, bool) or not isinstance(data, numbers.Integral):
@@ -188,7 +208,8 @@ def fold_in(key, *data) -> int:
     """
     k = as_key(key)
     for d in data:
-        k = _mix64_int(seed_of(k) ^ _mix64_int(_data_word(d) + GOLDEN))
+        # seed_of(k) without validating k again: it is already a key
+        k = _mix64_int(_mix64_int(k ^ _KEY_SALT) ^ _mix64_int(_data_word(d) + GOLDEN))
     return k
 
 

@@ -168,18 +168,9 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
         >>> quantize(np.array([1.0625, 1.1875, 500.0], np.float32), "e4m3")
         array([  1.  ,   1.25, 448.  ], dtype=float32)
     """
-    fmt = get(fmt)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    saturate = check_bool(saturate, "saturate")
-    arr = np.asarray(x)
-    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
-        raise TypeError(f"expected a floating-point array (float16, bfloat16, float32 or "
-                        f"float64), got dtype {arr.dtype}")
-    arr = native(arr)  # dtype dispatch compares dtypes, and ">f4" != float32
+    arr, plan = _checked(x, fmt, mode, nbits, saturate, sr_rule)
     out_dtype = arr.dtype
-    sr = mode == "sr"
-    plan = _prepare(fmt, out_dtype, sr, nbits, saturate, sr_rule)
+    sr = plan.sr
     work = plan.src.dtype
     xw = np.ascontiguousarray(arr, dtype=work).reshape(-1)
     bits_src = None
@@ -193,12 +184,68 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
     return out if out_dtype == work else out.astype(out_dtype)
 
 
+# Plans of argument combinations that passed the checks, keyed by the arguments themselves (a
+# format by identity: the entry holds it, so its id is not reused while the entry lives). On
+# arrays of a few thousand elements the checks cost as much as the rounding: each combination
+# is checked once. Only exact types are keyed (``True == 1``, and a bool is not a valid nbits).
+_CHECKED: dict = {}
+_CHECKED_MAX = 1024
+
+
+def _remember(key, value):
+    if len(_CHECKED) >= _CHECKED_MAX:
+        _CHECKED.clear()
+    _CHECKED[key] = value
+    return value
+
+
+def _checked(x, fmt, mode, nbits, saturate, sr_rule) -> tuple[np.ndarray, _Plan]:
+    """:func:`quantize`'s checks, in its order: ``(x as a native array, plan)``."""
+    exact = (type(x) is np.ndarray and type(mode) is str and type(nbits) is int
+             and type(saturate) is bool and type(sr_rule) is str)
+    if exact:
+        key = ("quantize", fmt if type(fmt) is str else id(fmt), x.dtype, mode, nbits,
+               saturate, sr_rule)
+        hit = _CHECKED.get(key)
+        if hit is not None and (type(fmt) is str or hit[0] is fmt):
+            return x, hit[1]  # only native dtypes are keys: x needs no conversion
+    f = get(fmt)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    saturate = check_bool(saturate, "saturate")
+    arr = np.asarray(x)
+    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
+        raise TypeError(f"expected a floating-point array (float16, bfloat16, float32 or "
+                        f"float64), got dtype {arr.dtype}")
+    arr = native(arr)  # dtype dispatch compares dtypes, and ">f4" != float32
+    plan = _prepare(f, arr.dtype, mode == "sr", nbits, saturate, sr_rule)
+    if exact and arr is x:
+        _remember(key, (fmt, plan))
+    return arr, plan
+
+
 def _prepare(fmt: Format, out_dtype: np.dtype, sr: bool, nbits, saturate: bool,
              sr_rule: str = "floor") -> _Plan:
     """The checks of :func:`quantize` for an input of (native) ``out_dtype``, and the plan.
 
     The plan works in float64 for float64 input and in float32 otherwise.
     """
+    exact = (type(sr) is bool and type(nbits) is int and type(saturate) is bool
+             and type(sr_rule) is str)
+    if exact:
+        key = ("prepare", id(fmt), out_dtype, sr, nbits, saturate, sr_rule)
+        hit = _CHECKED.get(key)
+        if hit is not None and hit[0] is fmt:
+            return hit[1]
+    plan = _prepare_checked(fmt, out_dtype, sr, nbits, saturate, sr_rule)
+    if exact:
+        _remember(key, (fmt, plan))
+    return plan
+
+
+def _prepare_checked(fmt: Format, out_dtype: np.dtype, sr: bool, nbits, saturate: bool,
+                     sr_rule: str) -> _Plan:
+    """:func:`_prepare` without the memo."""
     out_src = _src_for(out_dtype)
     if not _representable(fmt, out_src):
         raise ValueError(f"{fmt.name} values are not all representable in {out_dtype}; "
@@ -234,6 +281,9 @@ def _random_source(shape, rbits, key):
 
 def _run_chunks(plan: _Plan, xw: np.ndarray, out: np.ndarray, bits_src) -> None:
     n = xw.size
+    if n <= _CHUNK:
+        _kernel(plan, xw, out, _chunk_bits(bits_src, 0, n))
+        return
     for lo in range(0, n, _CHUNK):
         hi = min(lo + _CHUNK, n)
         _kernel(plan, xw[lo:hi], out[lo:hi], _chunk_bits(bits_src, lo, hi))
@@ -350,15 +400,17 @@ def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=Fa
         r &= ~U((1 << sh) - 1)  # truncation: the carry out of the dropped bits is the rounding
 
     # Below the smallest normal: a uniform grid (subnormals, flush-to-zero, or no zero at all).
-    small = a < U(plan.minnorm)
-    if small.any():
-        idx = np.flatnonzero(small)
+    # One reduction says whether there is any (the mask is built only then).
+    if a.size and np.minimum.reduce(a) < plan.minnorm:
+        idx = np.flatnonzero(a < U(plan.minnorm))
         r[idx] = _small_values(plan, x[idx], None if rbits is None else rbits[idx])
 
     # Past max after rounding; inf and NaN inputs land here too.
-    over = None if no_over else r > U(plan.maxbits)
+    over = None
+    if not no_over and r.size and np.maximum.reduce(r) > plan.maxbits:
+        over = r > U(plan.maxbits)
     special = None  # results that are whole bit patterns (sign included): NaN
-    if over is not None and over.any():
+    if over is not None:
         special = a > U(plan.infbits)  # NaN inputs
         if plan.saturate or fmt.nan == "none":
             r[over] = U(plan.maxbits)
@@ -438,6 +490,9 @@ def _nan_bits(plan: _Plan, negative: np.ndarray) -> np.ndarray:
 def _int_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
     fmt = plan.fmt
     y = np.abs(x)
+    if y.size and np.isfinite(np.maximum.reduce(y)):  # NaN and inf show in the maximum
+        _finite_int_kernel(plan, x, y, out, rbits)
+        return
     with np.errstate(invalid="ignore"):
         if plan.sr:
             n = np.floor(y)
@@ -453,6 +508,35 @@ def _int_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
     np.negative(n, out=n, where=neg)
     n += 0.0  # integer grids have no -0
     out[...] = n
+
+
+def _finite_int_kernel(plan: _Plan, x: np.ndarray, y: np.ndarray, out: np.ndarray,
+                       rbits) -> None:
+    """:func:`_int_kernel` for finite ``x`` (``y = |x|``), in fewer passes, to the same bits.
+
+    Without NaN or inf no fraction needs repairing. ``t = floor(p * 2**nbits)`` is below
+    ``2**nbits <= 2**32`` and is taken by truncation (the scaling by a power of two is exact), so
+    the SR decision is made in uint32 when the random words are. The signed clip
+    ``-min(n, -int_min)`` / ``min(n, int_max)`` of the general kernel is ``copysign`` and a clip
+    to ``[int_min, int_max]``; adding 0 turns ``-0`` into ``+0`` as there.
+    """
+    fmt = plan.fmt
+    if plan.sr:
+        n = np.floor(y)
+        scaled = np.subtract(y, n, out=y)  # p, in [0, 1)
+        scaled *= y.dtype.type(2.0 ** plan.nbits)
+        if plan.sr_rule == "floor" and rbits.dtype == np.uint32:
+            t, udt = scaled.astype(np.uint32), np.dtype(np.uint32)
+        else:
+            udt = np.dtype(np.uint64)
+            t = _sr_units(plan, scaled, udt)
+        n += _sr_up(t, rbits, plan.nbits, udt)
+    else:
+        n = np.rint(y, out=y)
+    np.copysign(n, x, out=n)
+    np.minimum(n, x.dtype.type(fmt.int_max), out=n)
+    np.maximum(n, x.dtype.type(fmt.int_min), out=n)
+    np.add(n, x.dtype.type(0.0), out=out)  # integer grids have no -0
 
 
 # -- what the torch backend shares (ecosim.torch.rounding, ecosim.torch.quantizer) ----------------
