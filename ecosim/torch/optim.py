@@ -2,7 +2,8 @@
 
 :class:`ECOSGD` mirrors :func:`ecosim.optim.sgdm` (EMA or heavy-ball momentum, Nesterov) and
 :class:`ECOAdamW` mirrors :func:`ecosim.optim.adamw`, each with the schemes ``"master"``,
-``"naive"``, ``"eco"``, ``"eco_exact"`` and ``"kahan"``, per-parameter weight quantizers and
+``"naive"``, ``"eco"``, ``"eco_exact"`` and ``"kahan"`` (and AdamW's ``"eco_wd"``: the scheme
+records of :mod:`ecosim.optim.schemes` marked for torch), per-parameter weight quantizers and
 low-precision states (``states=``). The update rules, the order of the float operations and
 the SR keys are the NumPy reference's (see the module docstrings of :mod:`ecosim.optim.sgdm`,
 :mod:`ecosim.optim.adamw` and :mod:`ecosim.optim.base`), so on the CPU, in float32, the stored
@@ -243,7 +244,9 @@ class ECOAdamW(_ECOBase):
         betas: ``(b1, b2)``; ``b1`` in (0, 1) for eco/eco_exact.
         eps: added to the root of the bias-corrected second moment, > 0.
         weight_decay: decoupled weight decay.
-        scheme: ``"master"``, ``"naive"``, ``"eco"``, ``"eco_exact"``, ``"kahan"``.
+        scheme: ``"master"``, ``"naive"``, ``"eco"``, ``"eco_exact"``, ``"kahan"`` or
+            ``"eco_wd"`` (the records of :mod:`ecosim.optim.schemes` the torch mirror runs,
+            ``torch_names_for("adamw")``).
         wd_corrected_injection: multiply ECO's coefficient by ``(1 - lr wd)``.
         compile: run the element-wise math (the moment updates, and ``d`` and
             ``(lr/bc1) m/d``) through ``torch.compile`` (two graphs, dynamic shapes, no
