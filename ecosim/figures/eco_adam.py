@@ -1,14 +1,19 @@
-"""``eco_adam_breakdown``: where ECO with AdamW breaks, and what each approximation costs."""
+"""``eco_adam_breakdown``: where ECO with AdamW breaks, and what each approximation costs.
+
+Outcome counts and paired gaps come from :mod:`ecosim.claims.eco_adam`; this module draws them.
+"""
 from __future__ import annotations
 
 import numpy as np
 
-from ..claims import t_interval
+from ..claims.eco_adam import LEVEL as _LEVEL
+from ..claims.eco_adam import outcome_counts, paired_gaps
+from ..claims.eco_adam import select as _select
 from ..experiments.eco_adam import APPROX_SCHEMES, OUTCOMES, VARIANTS
 from . import style
 from .base import figure
 
-__all__ = ["eco_adam_breakdown", "outcome_counts", "paired_gaps"]
+__all__ = ["eco_adam_breakdown"]
 
 CAPTION = """
 Where ECO with AdamW breaks on the teacher-student MLP (8-32-32-2, AdamW b = (0.9, 0.98),
@@ -54,37 +59,6 @@ _VARIANT_COLORS = {
 }
 _OUTCOME_COLORS = {"trained": style.COLORS["green"], "stalled": style.COLORS["orange"],
                    "diverged": style.COLORS["red"]}
-_LEVEL = 0.95
-
-
-def outcome_counts(r, part: str, names) -> dict[str, dict[str, int]]:
-    """``{variant: {outcome: count}}`` over the seeds of one part (``"breakdown"`` or, with
-    names ``"scheme:mode"``, ``"approx"``)."""
-    out = {}
-    for name in names:
-        sel = _select(r, part, name)
-        out[name] = {o: int(np.sum(r["outcome"][sel] == o)) for o in OUTCOMES}
-    return out
-
-
-def paired_gaps(r, scheme: str, mode: str) -> dict:
-    """Final validation loss of ``scheme`` minus master's, paired by seed, over the seeds where
-    both trained: ``{"n", "mean", "lo", "hi"}`` (95% t-interval; NaN bounds below 2 seeds)."""
-    a, b = _select(r, "approx", f"{scheme}:{mode}"), _select(r, "approx", f"master:{mode}")
-    sa, sb = r["unit_seed"][a], r["unit_seed"][b]
-    common = sorted(set(sa[r["outcome"][a] == "trained"]) & set(sb[r["outcome"][b] == "trained"]))
-    fa = dict(zip(sa, r["final_val_loss"][a]))
-    fb = dict(zip(sb, r["final_val_loss"][b]))
-    ti = t_interval(np.array([fa[s] - fb[s] for s in common], np.float64), _LEVEL)
-    return {k: ti[k] for k in ("n", "mean", "lo", "hi")}
-
-
-def _select(r, part: str, name: str) -> np.ndarray:
-    sel = r["unit_part"] == part
-    if part == "approx":
-        scheme, mode = name.split(":")
-        return sel & (r["unit_variant"] == scheme) & (r["unit_mode"] == mode)
-    return sel & (r["unit_variant"] == name)
 
 
 def _smooth(x: np.ndarray, k: int = 25) -> np.ndarray:
