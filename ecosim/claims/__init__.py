@@ -13,7 +13,9 @@ decided here, by criteria fixed as module constants, so a verdict changes only w
   ``lm_pareto``);
 * :mod:`.dqt`: DQT's four claims (figures ``dqt``, ``dqt_claims``);
 * :mod:`.horizon`: precision against horizon (figure ``precision_horizon``);
-* :mod:`.sr_bits`: few-bit stochastic rounding (figure ``sr_bits``).
+* :mod:`.sr_bits`: few-bit stochastic rounding (figure ``sr_bits``);
+* :mod:`.eco_adam`: outcome counts and the approximations' paired gaps (figure
+  ``eco_adam_breakdown``; imported on demand: it reads the experiment's outcome names).
 
 The names below are those of the theory and LM verdicts; the others are reached through their
 module (``ecosim.claims.dqt.evaluate``).
