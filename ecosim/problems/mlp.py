@@ -407,7 +407,10 @@ class MLP(Problem):
             info.append(ParamInfo(f"W{i}", (fan_out, fan_in), "matrix", i))
             info.append(ParamInfo(f"b{i}", (fan_out,), "vector", i))
         set_(self, "param_info", tuple(info))
+        set_(self, "_sorted_names", sorted(p.name for p in info))
         set_(self, "_repr", repr_)
+        # the shuffle of the last epoch drawn, as [((key, epoch), order)]: see _epoch_order
+        set_(self, "_last_order", [None])
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise dataclasses.FrozenInstanceError(f"MLP is immutable: cannot assign to {name!r}")
@@ -469,8 +472,8 @@ class MLP(Problem):
         if not isinstance(params, dict):
             raise TypeError(
                 f"MLP params must be a dict of named arrays, got {type(params).__name__}")
-        expected = [p.name for p in self.param_info]
-        if sorted(params) != sorted(expected):
+        if sorted(params) != self._sorted_names:
+            expected = [p.name for p in self.param_info]
             raise ValueError(
                 f"MLP params must have exactly the keys {expected}, got {sorted(params)}")
         arrays = {}
@@ -478,9 +481,13 @@ class MLP(Problem):
             a = np.asarray(params[p.name])
             if a.shape != p.shape:
                 raise ValueError(f"params[{p.name!r}] must have shape {p.shape}, got {a.shape}")
-            if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
-                raise TypeError(f"params[{p.name!r}] must be a real array, got dtype {a.dtype}")
-            arrays[p.name] = a.astype(self.dtype, copy=False)
+            if a.dtype != self.dtype:  # the training loop's arrays skip the dtype checks
+                if not (np.issubdtype(a.dtype, np.floating)
+                        or np.issubdtype(a.dtype, np.integer)):
+                    raise TypeError(
+                        f"params[{p.name!r}] must be a real array, got dtype {a.dtype}")
+                a = a.astype(self.dtype)
+            arrays[p.name] = a
         return [(arrays[f"W{i}"], arrays[f"b{i}"]) for i in range(self.n_layers)]
 
     def _data(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -565,6 +572,18 @@ class MLP(Problem):
             raise ValueError(f"batch_size must be at most n_train={self.n_train}, got {batch_size}")
         per_epoch = self.n_train // batch_size
         epoch, pos = divmod(step, per_epoch)
-        perm = keyed_rng(key, STREAM_EPOCH, epoch).permutation(self.n_train)
-        idx = perm[pos * batch_size:(pos + 1) * batch_size]
+        idx = self._epoch_order(key, epoch)[pos * batch_size:(pos + 1) * batch_size]
         return DataBatch(readonly(self.x_train[idx]), readonly(self.y_train[idx]))
+
+    def _epoch_order(self, key: int, epoch: int) -> np.ndarray:
+        """The shuffle of the training set in epoch ``epoch`` under ``key`` (read-only).
+
+        The last one drawn is kept: a run asks for the same epoch ``n_train // batch_size``
+        times in a row, and drawing it costs more than the rest of a small step's batch.
+        """
+        last = self._last_order[0]
+        if last is not None and last[0] == (key, epoch):
+            return last[1]
+        order = readonly(keyed_rng(key, STREAM_EPOCH, epoch).permutation(self.n_train))
+        self._last_order[0] = ((key, epoch), order)
+        return order
