@@ -204,6 +204,7 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
     per_step = {f: [] for f in DIAGNOSTICS} if diagnostics else None
     e_prev = None
     outcome, done = "completed", steps
+    wanted = None if per_step is not None else _diagnosed_updates(optimizer, steps, log_every)
     bar = _progress(steps, progress)
     try:
         for t in range(steps):
@@ -213,8 +214,14 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
                 outcome, done = "diverged", t
                 break
             try:
-                params_new, state_new, diag = optimizer.step(params, grads, state,
-                                                             diagnostics=True)
+                if wanted is None or t in wanted:
+                    params_new, state_new, diag = optimizer.step(params, grads, state,
+                                                                 diagnostics=True)
+                else:  # nothing of this update is read: the same step, unrecorded
+                    params, state = optimizer.step(params, grads, state)
+                    if bar is not None:
+                        bar.update(1)
+                    continue
             except NonFiniteError:  # a non-finite gradient, or a moment that overflowed
                 outcome, done = "diverged", t
                 break
@@ -262,6 +269,36 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
                    outcome=outcome, stopped_at=done,
                    diagnostics=None if per_step is None else
                    {f: np.asarray(v, dtype=np.float64) for f, v in per_step.items()})
+
+
+def _diagnosed_updates(optimizer, steps: int, log_every: int | None) -> set[int] | None:
+    """The updates whose diagnostics :func:`train` reads, when it keeps no per-step record.
+
+    A logged update reads its own, and the rounding error of the last earlier update with a
+    positive learning rate (the one its error is compared with); the others are stepped
+    without diagnostics, which leaves the weights and the state bit for bit as they are (the
+    diagnostics only read the step's arrays) and saves their cost. None (every update) for an
+    optimizer without ``lr_at``, or one whose schedule raises: the step reports it then.
+    """
+    if log_every is None:
+        return set()
+    lr_at = getattr(optimizer, "lr_at", None)
+    if lr_at is None:
+        return None
+    logged = [t for t in range(steps) if t % log_every == 0 or t == steps - 1]
+    wanted = set(logged)
+    try:
+        prev = -1
+        for t in logged:  # back to the previous logged update (it, or its own, comes earlier)
+            s = t - 1
+            while s > prev and not lr_at(s) > 0:
+                s -= 1
+            if s > prev:
+                wanted.add(s)
+            prev = t
+    except Exception:  # noqa: BLE001 - the step itself raises it, where it always did
+        return None
+    return wanted
 
 
 def _record_step(per_step: dict, t: int, loss, grads, state, diag: dict) -> None:
