@@ -204,10 +204,7 @@ def _cmd_figures(args) -> int:
         raise
     executor.shutdown()
 
-    print(f"{'experiment':<24} {'units':>5} {'cached':>6} {'computed':>8} {'compute':>9}")
-    for name, run in report.runs.items():
-        s = run.stats
-        print(f"{name:<24} {s.units:>5} {s.cached:>6} {s.computed:>8} {s.compute_s:>8.2f}s")
+    _print_time_table(report.runs)
     print(f"{'figure':<24} {'files':<44} {'time':>8}")
     n_files = n_changed = 0
     for fr in report.figures:
@@ -225,6 +222,22 @@ def _cmd_figures(args) -> int:
           f"{fig_s:.1f} s): {report.computed} unit(s) computed, {report.cached} cached; "
           f"{n_files} files, {n_changed} changed")
     return 0
+
+
+def _print_time_table(runs: dict) -> None:
+    """What each experiment cost: units (cached, computed), the CPU seconds of the computed
+    units (worker processes, all threads), their summed wall seconds, and the wall seconds
+    from the first unit's submission to the last one's completion; then the totals."""
+    print(f"{'experiment':<24} {'units':>5} {'cached':>6} {'computed':>8} {'cpu s':>9} "
+          f"{'unit s':>9} {'wall s':>9}")
+    tot = [0, 0, 0, 0.0, 0.0]
+    for name, run in runs.items():
+        s = run.stats
+        print(f"{name:<24} {s.units:>5} {s.cached:>6} {s.computed:>8} {s.cpu_s:>9.2f} "
+              f"{s.compute_s:>9.2f} {s.wall_s:>9.2f}")
+        for i, v in enumerate((s.units, s.cached, s.computed, s.cpu_s, s.compute_s)):
+            tot[i] += v
+    print(f"{'total':<24} {tot[0]:>5} {tot[1]:>6} {tot[2]:>8} {tot[3]:>9.2f} {tot[4]:>9.2f}")
 
 
 def _figure_configs(args, needed: set[str]) -> dict:
@@ -295,7 +308,8 @@ def _cmd_run(args) -> int:
     executor.shutdown()
     s = run.stats
     print(f"{s.units} unit(s): {s.cached} cached, {s.computed} computed "
-          f"(compute {s.compute_s:.2f} s, total {time.perf_counter() - t0:.2f} s); "
+          f"(compute {s.compute_s:.2f} s, cpu {s.cpu_s:.2f} s, total "
+          f"{time.perf_counter() - t0:.2f} s); "
           f"cache {cache.root / exp.name}")
     with np.printoptions(precision=6, threshold=8, edgeitems=3, linewidth=100):
         for key, arr in run.results.items():

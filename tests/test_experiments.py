@@ -206,6 +206,18 @@ def test_bad_results_are_rejected_before_writing(tmp_path):
 
 # -- running: cache, resume, executors -----------------------------------------------------------
 
+def test_run_stats_time_the_computed_units_only(tmp_path):
+    cfg = ToyConfig().smoke()
+    first = E.run(TOY, cfg, cache=tmp_path / "c")
+    s = first.stats
+    # in-process units run inside the span from the first submission to the last completion
+    assert s.computed == 4 and s.cpu_s > 0 and s.wall_s >= s.compute_s > 0
+    cached = E.run(TOY, cfg, cache=tmp_path / "c").stats
+    assert (cached.computed, cached.compute_s, cached.cpu_s, cached.wall_s) == (0, 0.0, 0.0, 0.0)
+    # timings are measurements, not identity: equal stats whatever they measured
+    assert s == dataclasses.replace(s, cpu_s=0.0, wall_s=0.0)
+
+
 def test_run_caches_per_unit_and_reruns_byte_identically(tmp_path):
     cfg = ToyConfig().smoke()
     first = E.run_many([(TOY, cfg)], cache=tmp_path / "c")[0]

@@ -259,12 +259,15 @@ def _code_modules(exp: Experiment) -> tuple[str, ...]:
 
 
 def _compute_unit(compute, cfg, unit, modules=()):
-    """Worker side: one unit, timed, with this process's code fingerprint of ``modules`` and
-    its host name. Module-level so that process pools and Dask can pickle it."""
+    """Worker side: one unit, timed (wall and this process's CPU seconds), with this process's
+    code fingerprint of ``modules`` and its host name. Module-level so that process pools and
+    Dask can pickle it."""
     code = _provenance.code_fingerprint(*modules)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     raw = compute(cfg) if unit is None else compute(cfg, dict(unit))
-    return as_results(raw), time.perf_counter() - t0, code, socket.gethostname()
+    results = as_results(raw)
+    return (results, time.perf_counter() - t0, time.process_time() - c0, code,
+            socket.gethostname())
 
 
 # Which BLAS libraries a process has loaded depends on what it imported before it first took
@@ -291,12 +294,21 @@ def _code_mismatch(here: dict, there: dict, path: tuple = ()) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class RunStats:
-    """How one experiment's results were obtained."""
+    """How one experiment's results were obtained, and what computing them cost.
+
+    The timings are measurements, not part of what a run is: equality ignores ``cpu_s`` and
+    ``wall_s``.
+    """
 
     units: int
     cached: int
     computed: int
-    compute_s: float  # summed compute time of the computed units (worker time)
+    compute_s: float  # summed compute time of the computed units (worker wall time)
+    #: summed CPU seconds of the worker processes over the computed units (all their threads)
+    cpu_s: float = dataclasses.field(default=0.0, compare=False)
+    #: wall seconds from the first computed unit's submission to the last one's completion
+    #: (0 when every unit was cached); experiments sharing an executor overlap
+    wall_s: float = dataclasses.field(default=0.0, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,7 +417,8 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
         prov = [cache.provenance(exp, cfg, u) if r is not None else None
                 for u, r in zip(units, found)]
         p = len(plans)
-        plans.append((exp, cfg, units, found, {"compute_s": 0.0, "provenance": prov}))
+        plans.append((exp, cfg, units, found, {"compute_s": 0.0, "cpu_s": 0.0, "start": None,
+                                                "end": None, "provenance": prov}))
         todo += [(p, i) for i, r in enumerate(found) if r is None]
 
     bars = _bars(plans, todo, progress)
@@ -417,6 +430,8 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
             while queue and len(pending) < limit:
                 p, i = queue.pop()
                 exp, cfg, units = plans[p][:3]
+                if plans[p][4]["start"] is None:
+                    plans[p][4]["start"] = time.perf_counter()
                 fut = executor.submit(_compute_unit, exp.compute, cfg, units[i],
                                       _code_modules(exp))
                 pending[fut] = (p, i)
@@ -426,7 +441,7 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                 exp, cfg, units, found, acc = plans[p]
                 unit = "" if units[i] is None else f" unit {units[i]}"
                 try:
-                    results, seconds, code, host = fut.result()
+                    results, seconds, cpu, code, host = fut.result()
                 except Exception as exc:
                     for other in pending:
                         other.cancel()
@@ -450,6 +465,8 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                 found[i] = results
                 acc["provenance"][i] = cache.provenance(exp, cfg, units[i])
                 acc["compute_s"] += seconds
+                acc["cpu_s"] += cpu
+                acc["end"] = time.perf_counter()
                 if bars.get(p) is not None:
                     bars[p].update(1)
     finally:
@@ -467,8 +484,9 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
             combine = exp.combine or stack_units
             results = as_results(combine(cfg, units, found), f"experiment {exp.name!r}")
         n_new = computed.get(p, 0)
+        wall = acc["end"] - acc["start"] if acc["end"] is not None else 0.0
         stats = RunStats(units=len(units), cached=len(units) - n_new, computed=n_new,
-                         compute_s=acc["compute_s"])
+                         compute_s=acc["compute_s"], cpu_s=acc["cpu_s"], wall_s=wall)
         distinct = {_canonical(d): d for d in acc["provenance"]}
         out.append(Run(experiment=exp, config=cfg, results=results, stats=stats,
                        provenance=tuple(distinct[k] for k in sorted(distinct))))
