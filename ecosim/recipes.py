@@ -13,6 +13,11 @@ chooses from :data:`WEIGHT_FORMATS`: ``fp8`` (FP8 E4M3 with one absmax scale per
 the paper's pre-training format) or ``int4`` (INT4 with one absmax scale per tensor, its
 fine-tuning format).
 
+The fine-tuning recipe of the paper's Table 2 (DeepSeek-MoE-16B-Base fine-tuned with INT4
+weight-only quantization, one absmax scale per tensor): the same AdamW, weight decay
+:data:`FINETUNE_WEIGHT_DECAY` = 0 and the learning rate annealed to zero
+(:data:`FINETUNE_FINAL_FRAC` = 0); :data:`TABLE2` holds its zero-shot accuracies.
+
 Example:
     >>> [m.name for m in TABLE1][:3]
     ['bf16_master', 'fp8_master_rtn', 'fp8_master_sr']
@@ -21,6 +26,8 @@ Example:
     >>> s = schedule(1e-3, 1000)
     >>> s(0), s(100), s(999)
     (1e-05, 0.001, 0.0001)
+    >>> TABLE1[-1].run_name("int4"), parse_run_name("int4_eco_sr")[0]
+    ('int4_eco_sr', 'int4')
 """
 from __future__ import annotations
 
@@ -31,7 +38,8 @@ from .quantizer import Quantizer
 
 __all__ = ["Method", "TABLE1", "PAPER_SIZES", "WEIGHT_FORMATS", "BETAS", "EPS",
            "WEIGHT_DECAY", "CLIP", "WARMUP_FRAC", "INIT_FRAC", "FINAL_FRAC", "schedule",
-           "method_label", "weight_quantizer", "by_name"]
+           "method_label", "weight_quantizer", "by_name", "parse_run_name",
+           "FINETUNE_WEIGHT_DECAY", "FINETUNE_FINAL_FRAC", "TABLE2_BENCHMARKS", "TABLE2"]
 
 #: the model sizes of Table 1's columns (Llama-style models trained on C4)
 PAPER_SIZES = ("30M", "50M", "100M", "200M", "430M", "800M")
@@ -51,6 +59,9 @@ CLIP = 1.0
 WARMUP_FRAC = 0.1
 INIT_FRAC = 0.01
 FINAL_FRAC = 0.1
+# The fine-tuning recipe (Table 2): no weight decay, the learning rate annealed to zero.
+FINETUNE_WEIGHT_DECAY = 0.0
+FINETUNE_FINAL_FRAC = 0.0
 
 _SCHEME_LABELS = {"master": "w/ master", "naive": "naive", "eco": "ECO"}
 
@@ -77,7 +88,12 @@ class Method:
     def name(self) -> str:
         """The name of the FP8 row (``"bf16_master"``, ``"fp8_eco_sr"``), as the language
         model runner calls it."""
-        return "bf16_master" if self.weights == "bf16" else f"fp8_{self.scheme}_{self.mode}"
+        return self.run_name("fp8")
+
+    def run_name(self, fmt: str = "fp8") -> str:
+        """The runner's name of this row with ``W`` = ``fmt`` (a key of
+        :data:`WEIGHT_FORMATS`): ``"int4_eco_sr"``; ``"bf16_master"`` whatever ``fmt``."""
+        return "bf16_master" if self.weights == "bf16" else f"{fmt}_{self.scheme}_{self.mode}"
 
     def label(self, fmt: str = "fp8") -> str:
         """Table 1's label with ``W`` = ``fmt`` (``"FP8 ECO + SR"``)."""
@@ -109,6 +125,18 @@ def by_name(name: str) -> Method:
     raise ValueError(f"unknown method {name!r}; expected one of {[m.name for m in TABLE1]}")
 
 
+def parse_run_name(name: str) -> tuple[str, Method]:
+    """``(W, row)`` of a runner name of :meth:`Method.run_name` (``"int4_eco_sr" ->
+    ("int4", the ECO + SR row)``; ``"bf16_master" -> ("bf16", its row)``); ValueError for any
+    other name."""
+    for fmt in WEIGHT_FORMATS:
+        for m in TABLE1:
+            if m.run_name(fmt) == name:
+                return ("bf16" if m.weights == "bf16" else fmt), m
+    raise ValueError(f"unknown method {name!r}; expected bf16_master or W_SCHEME_MODE with W "
+                     f"in {list(WEIGHT_FORMATS)} (e.g. int4_eco_sr)")
+
+
 def method_label(weights: str, scheme: str, mode: str) -> str:
     """Table 1's name of a method: ``"BF16 w/ master"``, ``"FP8 ECO + SR"`` ... (``"FP32"``
     for the unquantized scheme ``"fp"``)."""
@@ -126,6 +154,21 @@ def weight_quantizer(weights: str, mode: str) -> Quantizer:
         return Quantizer("bfloat16", "rtn", scale=1.0)
     fmt, granularity = WEIGHT_FORMATS[weights]
     return Quantizer(fmt, mode, granularity=granularity)
+
+
+#: the zero-shot benchmarks of the paper's Table 2 (accuracy, %)
+TABLE2_BENCHMARKS = ("ARC-C", "ARC-E", "GSM8K", "HellaSwag", "PIQA", "MMLU")
+
+#: Table 2 of the ECO paper (arXiv 2601.22101): zero-shot accuracy (%) of DeepSeek-MoE-16B-Base
+#: before ("base") and after INT4 weight-only fine-tuning (one absmax scale per tensor), by the
+#: runner's method name; the naive runs diverged and are not reported.
+TABLE2 = {
+    "base": (47.53, 73.06, 16.15, 77.34, 80.36, 37.64),
+    "int4_master_rtn": (48.29, 71.38, 16.68, 78.76, 80.69, 37.87),
+    "int4_master_sr": (48.55, 71.13, 16.15, 78.78, 80.90, 38.57),
+    "int4_eco_rtn": (49.15, 71.59, 16.30, 78.88, 81.34, 38.63),
+    "int4_eco_sr": (48.55, 71.17, 16.00, 78.84, 81.50, 38.41),
+}
 
 
 def schedule(peak: float, steps: int) -> WarmupCosine:

@@ -54,7 +54,8 @@ from .. import recipes
 from .base import Config, ConfigError, at_least, distinct, experiment
 
 __all__ = ["LMTableConfig", "METHODS", "method_parts", "records_to_results", "read_records",
-           "run_setting", "describe_setting", "unique_runs"]
+           "run_setting", "describe_setting", "unique_runs",
+           "train_record"]
 
 #: Table 1's seven methods, in the paper's order (names of ``python -m ecosim.torch.lm``).
 METHODS = tuple(m.name for m in recipes.TABLE1)
@@ -65,7 +66,8 @@ def method_parts(method: str) -> tuple[str, str, str]:
     if method == "fp32":
         return "fp32", "fp", "rtn"
     try:
-        return recipes.by_name(method).parts("e4m3")
+        weights, row = recipes.parse_run_name(method)  # fp8_... (Table 1) or int4_...
+        return row.parts("e4m3" if weights == "fp8" else weights)
     except ValueError:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS} or 'fp32'") \
             from None
@@ -187,6 +189,9 @@ def run_setting(record: dict) -> str:
     for flag in ("autocast", "act_fp8"):  # on only (absent or false: as older records)
         if record.get(flag):
             setting[flag] = True
+    init = record.get("init")
+    if isinstance(init, dict):  # a fine-tuning run: the weights it started from
+        setting["init"] = init.get("weights_sha256")
     return json.dumps(setting, sort_keys=True, separators=(", ", ": "))
 
 
@@ -320,20 +325,29 @@ def lm(cfg: LMTableConfig, unit: dict) -> dict:
         for line in notices:
             print(f"lm: {line}", file=sys.stderr)
         return records_to_results(records)
+    record = train_record("lm", preset=unit["preset"], method=unit["method"], seed=unit["seed"],
+                          steps=unit["steps"], batch=cfg.batch, seq=cfg.seq,
+                          eval_every=cfg.eval_every, eval_batches=cfg.eval_batches)
+    return records_to_results([record])
+
+
+def train_record(experiment: str, **config) -> dict:
+    """One run of :func:`ecosim.torch.lm.train` (``LMConfig(**config, quiet=True)``) on one
+    CPU thread (the same float sums, and bytes, on every machine); its record.
+
+    Raises:
+        RuntimeError: torch is not installed (``experiment`` names who needed it).
+    """
     try:
         from ..torch import lm as tlm
     except ImportError as exc:  # torch missing
-        raise RuntimeError("experiment 'lm' trains with the torch backend: run `make torch` "
-                           "(or pip install -e '.[torch]')") from exc
+        raise RuntimeError(f"experiment {experiment!r} trains with the torch backend: run "
+                           "`make torch` (or pip install -e '.[torch]')") from exc
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: the same float sums (and bytes) on every machine
+    torch.set_num_threads(1)
     try:
-        record = tlm.train(tlm.LMConfig(
-            preset=unit["preset"], method=unit["method"], seed=unit["seed"], steps=unit["steps"],
-            batch=cfg.batch, seq=cfg.seq, eval_every=cfg.eval_every,
-            eval_batches=cfg.eval_batches, quiet=True))
+        return tlm.train(tlm.LMConfig(quiet=True, **config))
     finally:
         torch.set_num_threads(threads)
-    return records_to_results([record])

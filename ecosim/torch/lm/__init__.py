@@ -22,6 +22,14 @@ name               scheme      weights                               paper row
 ``fp8_eco_sr``     eco         E4M3 row-wise, SR                     FP8 ECO + SR
 =================  ==========  ====================================  ==========================
 
+:data:`INT4_METHODS` are the six quantized rows with INT4 weights and one absmax scale per
+tensor (``int4_master_rtn`` ... ``int4_eco_sr``), the format of the paper's Table 2, which
+fine-tunes a pretrained model: ``--init-from CHECKPOINT`` starts a run from the weights of a
+finished run of the same preset (see :class:`LMConfig`), and the paper's fine-tuning recipe
+is ``--weight-decay 0 --final-lr 0`` (the cosine annealed to zero; a step at lr 0 updates
+AdamW's moments and writes nothing, so the stored weights, the master copy and ECO's momentum
+injection are untouched by it).
+
 Recipe (docs/theory.md §7): AdamW ``betas=(0.9, 0.98)``, ``eps=1e-9``, weight decay 0.1 on
 every matrix (embedding, head, linears; not on norm gains), gradient clipping at global norm
 1.0 over all parameters (the norm computed so that sharding cannot change it; see FSDP2
@@ -111,8 +119,10 @@ from __future__ import annotations
 from .checkpoint import CHECKPOINT, CheckpointError
 from .checkpoint import save as _save  # noqa: F401  (the atomic write, tested directly)
 from .cli import main
-from .config import METHODS, STORAGES, TABLE1_METHODS, LMConfig, Method, lr_factor
+from .config import (INT4_METHODS, METHODS, STORAGES, TABLE1_METHODS, LMConfig, Method,
+                     lr_factor, method_of)
 from .loop import build_optimizers, train
 
-__all__ = ["CHECKPOINT", "METHODS", "STORAGES", "TABLE1_METHODS", "CheckpointError", "LMConfig",
-           "Method", "build_optimizers", "lr_factor", "main", "train"]
+__all__ = ["CHECKPOINT", "INT4_METHODS", "METHODS", "STORAGES", "TABLE1_METHODS",
+           "CheckpointError", "LMConfig", "Method", "build_optimizers", "lr_factor", "main",
+           "method_of", "train"]

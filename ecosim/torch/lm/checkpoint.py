@@ -8,18 +8,22 @@ states whatever the layout, so a run resumes under any world size, sharded or no
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 from pathlib import Path
 
 import torch
 
+from ..model import Transformer, get_preset, quantized_names
+from ..models import unstore_weights
+from ..nn import store_weights
 from ..optim import ECOAdamW
-from .config import LMConfig
+from .config import LMConfig, method_of
 from .distributed import Env, barrier, gather_full, load_full_model, shard_adamw_state
 
-__all__ = ["CHECKPOINT", "CheckpointError", "jsonable", "load", "path_of", "restore", "save",
-           "write"]
+__all__ = ["CHECKPOINT", "CheckpointError", "init_weights", "jsonable", "load", "path_of",
+           "restore", "save", "write"]
 
 CHECKPOINT = "checkpoint.pt"
 FORMAT = "ecosim.lm/1"
@@ -27,7 +31,7 @@ FORMAT = "ecosim.lm/1"
 # Fields that define the trajectory: a resume must match them (eval/log/io fields may change).
 TRAJECTORY = ("preset", "method", "steps", "batch", "global_batch", "seq", "lr", "seed",
               "warmup", "final_lr", "betas", "eps", "weight_decay", "clip", "diverge_loss",
-              "storage", "autocast", "act_fp8")  # not world_size, grad_accum, fsdp: layouts of the same run
+              "storage", "autocast", "act_fp8", "init_from")  # not world_size, grad_accum, fsdp: layouts of the same run
 
 
 def path_of(cfg: LMConfig) -> Path:
@@ -83,7 +87,8 @@ def load(cfg: LMConfig, device, corpus_sha: str) -> dict:
             ck.get("config"), dict) or not all(k in ck for k in _KEYS):
         raise unusable(path, f"is not an {FORMAT} checkpoint")
     want = {k: jsonable(getattr(cfg, k)) for k in TRAJECTORY}
-    have = {"autocast": False, "act_fp8": False, **ck["config"]}  # from before the flags
+    have = {"autocast": False, "act_fp8": False, "init_from": None,
+            **ck["config"]}  # from before the flags
     bad = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
     if ck["corpus_sha256"] != corpus_sha:
         bad["corpus"] = (ck["corpus_sha256"], corpus_sha)
@@ -161,3 +166,67 @@ def restore(cfg: LMConfig, device, corpus_sha: str, model, opts, scheds) -> dict
         why = (str(exc).strip().splitlines() or [""])[0][:200]
         raise unusable(path_of(cfg), f"does not fit this run ({type(exc).__name__}: "
                                     f"{why})") from None
+
+
+def init_weights(cfg: LMConfig) -> tuple[dict, dict]:
+    """The model weights of the finished checkpoint ``cfg.init_from`` (a file, or a folder
+    holding :data:`CHECKPOINT`), for a run of the same preset.
+
+    Stored (code) layers are decoded: the weights are the values the checkpointed model
+    computed with (a BF16 run's bfloat16 linears, not its FP32 master copy, which lives in the
+    optimizer state and is not read), every tensor float32 on the CPU.
+
+    Returns:
+        ``(state_dict, info)``: a state dict of a plain :class:`ecosim.torch.model.Transformer`
+        and what identifies the checkpoint (``checkpoint``, its run's ``preset``, ``method``,
+        ``steps``, ``seed``, ``corpus_sha256``, and ``weights_sha256``: the SHA-256 of the
+        state dict's bytes in key order).
+
+    Raises:
+        FileNotFoundError: no checkpoint there.
+        CheckpointError: unreadable, not ours, of another preset, or of an unfinished or
+            diverged run.
+    """
+    path = Path(cfg.init_from)
+    if path.is_dir():
+        path = path / CHECKPOINT
+    if not path.is_file():
+        raise FileNotFoundError(f"init_from: no checkpoint at {str(path)!r}")
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated, garbage, or pickled objects weights_only refuses
+        raise CheckpointError(f"init_from: {str(path)!r} is unreadable (truncated or not a "
+                              f"checkpoint: {type(exc).__name__})") from None
+    if not isinstance(ck, dict) or ck.get("format") != FORMAT or not isinstance(
+            ck.get("config"), dict) or not all(k in ck for k in _KEYS):
+        raise CheckpointError(f"init_from: {str(path)!r} is not an {FORMAT} checkpoint")
+    conf, rec = ck["config"], ck["hist"].get("record")
+    if conf.get("preset") != cfg.preset:
+        raise CheckpointError(f"init_from: {str(path)!r} holds a model of preset "
+                              f"{conf.get('preset')!r}, this run is preset {cfg.preset!r}: "
+                              "pass a checkpoint of the same preset")
+    if rec is None or rec.get("diverged"):
+        why = "diverged" if rec is not None else f"stopped at step {ck['hist'].get('step')}"
+        raise CheckpointError(f"init_from: the run of {str(path)!r} {why}: start from a "
+                              "finished run's checkpoint")
+    model = Transformer(get_preset(cfg.preset).model, torch.Generator().manual_seed(0))
+    method = method_of(conf["method"])
+    if method.scheme is not None and conf.get("storage", "codes") == "codes":
+        layers = {n.rsplit(".", 1)[0] for n in quantized_names(model)}
+        store_weights(model, method.quantizer(), predicate=lambda name, mod: name in layers)
+    try:
+        model.load_state_dict(ck["model"])
+    except (KeyError, RuntimeError, ValueError) as exc:
+        why = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise CheckpointError(f"init_from: {str(path)!r} does not fit preset {cfg.preset!r} "
+                              f"({type(exc).__name__}: {why})") from None
+    sd = {k: v.detach().to(torch.float32).clone()
+          for k, v in unstore_weights(model).state_dict().items()}
+    h = hashlib.sha256()
+    for k, v in sd.items():
+        h.update(k.encode())
+        h.update(v.numpy().tobytes())
+    info = {"checkpoint": str(path), "preset": conf["preset"], "method": conf["method"],
+            "steps": conf.get("steps"), "seed": conf.get("seed"),
+            "corpus_sha256": ck["corpus_sha256"], "weights_sha256": h.hexdigest()}
+    return sd, info

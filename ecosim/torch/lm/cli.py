@@ -14,7 +14,7 @@ import sys
 from .. import data as _data
 from ..model import PRESETS, param_counts
 from .checkpoint import CheckpointError
-from .config import METHODS, STORAGES, LMConfig
+from .config import INT4_METHODS, METHODS, STORAGES, LMConfig
 from .loop import train
 
 __all__ = ["main"]
@@ -28,7 +28,7 @@ def _listing() -> str:
                      f"hd={m.head_dim:<4d} ff={m.d_ff:<5d} non-emb={c['non_embedding']:>11,d} "
                      f"quantized={c['quantized']:>11,d} lr={p.lr:g} seq={p.seq} "
                      f"batch={p.batch}")
-    lines.append("methods: " + ", ".join(METHODS))
+    lines.append("methods: " + ", ".join([*METHODS, *INT4_METHODS]))
     return "\n".join(lines)
 
 
@@ -41,8 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--list", action="store_true", help="list presets and methods, then exit")
     ap.add_argument("--preset", default=d.preset, choices=list(PRESETS),
                     help="model preset (see --list)")
-    ap.add_argument("--method", default=d.method, choices=list(METHODS),
-                    help="Table 1 method (fp32: unquantized reference)")
+    ap.add_argument("--method", default=d.method, choices=[*METHODS, *INT4_METHODS],
+                    help="Table 1 method (fp32: unquantized reference; int4_*: INT4 weights, "
+                         "one scale per tensor)")
     ap.add_argument("--steps", type=int, default=d.steps)
     ap.add_argument("--batch", type=int, help="sequences per micro-batch and process")
     ap.add_argument("--global-batch", type=int,
@@ -51,7 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--grad-accum", type=int, default=d.grad_accum)
     ap.add_argument("--lr", type=float, help="peak learning rate (default: the preset's)")
     ap.add_argument("--seed", type=int, default=d.seed)
-    ap.add_argument("--data", help="text file or folder (default: the stdlib's .py files)")
+    ap.add_argument("--data", help="text file or folder (default: the stdlib's .py files; "
+                                   "stdlib:.txt: its .txt files)")
+    ap.add_argument("--init-from", metavar="CHECKPOINT",
+                    help="start from the model weights of this finished checkpoint (file or "
+                         "--out folder) of the same preset; own optimizer and schedule")
     ap.add_argument("--device", default=d.device, help="cpu, cuda or cuda:N")
     ap.add_argument("--eval-every", type=int)
     ap.add_argument("--eval-batches", type=int, default=d.eval_batches)
@@ -65,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--ckpt-every", type=int)
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--warmup", type=float, default=d.warmup)
-    ap.add_argument("--final-lr", type=float, default=d.final_lr)
+    ap.add_argument("--final-lr", type=float, default=d.final_lr,
+                    help="the cosine's end as a fraction of the peak (0: anneal to zero)")
     ap.add_argument("--betas", type=float, nargs=2, default=list(d.betas))
     ap.add_argument("--eps", type=float, default=d.eps)
     ap.add_argument("--weight-decay", type=float, default=d.weight_decay)

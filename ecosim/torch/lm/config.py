@@ -14,10 +14,12 @@ import torch
 
 from ... import quantizer as _np_quantizer
 from ... import recipes
+from .. import data as _data
 from ..model import get_preset
 from ..quantizer import Quantizer
 
-__all__ = ["METHODS", "STORAGES", "TABLE1_METHODS", "LMConfig", "Method", "lr_factor"]
+__all__ = ["INT4_METHODS", "METHODS", "STORAGES", "TABLE1_METHODS", "LMConfig", "Method",
+           "lr_factor", "method_of"]
 
 STORAGES = ("codes", "param")
 
@@ -30,20 +32,23 @@ class Method:
         scheme: ``"master"``, ``"naive"`` or ``"eco"`` (None: no quantization, plain AdamW).
         fmt: weight format (``"float8_e4m3fn"``, ``"bfloat16"``) or None.
         mode: ``"rtn"`` or ``"sr"`` (None when unquantized).
+        granularity: the scales of a scaled format (``"row"``: FP8; ``"tensor"``: INT4).
     """
 
     scheme: str | None
     fmt: str | None = None
     mode: str | None = None
+    granularity: str = "row"
 
     def quantizer(self) -> Quantizer | None:
-        """The weight quantizer: E4M3 (and other 8-bit and narrower formats) with row-wise
-        absmax scales; 16-bit formats unscaled (their range needs no scale)."""
+        """The weight quantizer: E4M3 (and other 8-bit and narrower formats) with absmax
+        scales per :attr:`granularity`; 16-bit formats unscaled (their range needs no
+        scale)."""
         if self.fmt is None:
             return None
         if self.fmt in ("bfloat16", "float16"):
             return Quantizer(self.fmt, self.mode, scale=1.0)
-        return Quantizer(self.fmt, self.mode, granularity="row")
+        return Quantizer(self.fmt, self.mode, granularity=self.granularity)
 
     def numpy_quantizer(self):
         """The same quantizer for :mod:`ecosim.memory`'s formulas."""
@@ -61,6 +66,22 @@ METHODS: dict[str, Method] = {
 }
 TABLE1_METHODS = tuple(m for m in METHODS if m != "fp32")
 
+#: Table 1's quantized rows with INT4 weights, one absmax scale per tensor (the format of the
+#: paper's Table 2 fine-tuning): ``int4_master_rtn`` ... ``int4_eco_sr``
+INT4_METHODS: dict[str, Method] = {
+    m.run_name("int4"): Method(m.scheme, recipes.WEIGHT_FORMATS["int4"][0], m.mode,
+                               granularity=recipes.WEIGHT_FORMATS["int4"][1])
+    for m in recipes.TABLE1 if m.weights == "W"}
+
+
+def method_of(name: str) -> Method:
+    """The method of a name of :data:`METHODS` or :data:`INT4_METHODS` (ValueError else)."""
+    m = METHODS.get(name) or INT4_METHODS.get(name)
+    if m is None:
+        raise ValueError(f"unknown method {name!r}; choose one of "
+                         f"{list(METHODS) + list(INT4_METHODS)}")
+    return m
+
 
 def _positive_int(name, v, allow_none=False):
     if v is None and allow_none:
@@ -76,7 +97,7 @@ class LMConfig:
 
     Attributes:
         preset: a key of :data:`ecosim.torch.model.PRESETS`.
-        method: a key of :data:`METHODS`.
+        method: a key of :data:`METHODS` or :data:`INT4_METHODS`.
         steps: optimizer steps of the whole run (the schedule's length).
         batch: sequences per micro-batch, per process (default: the preset's, or
             ``global_batch / (grad_accum * world_size)``).
@@ -86,7 +107,17 @@ class LMConfig:
         grad_accum: micro-batches accumulated per process and step.
         lr: peak learning rate (default: the preset's).
         seed: root of every random draw (init, data, SR).
-        data: a text file or folder; None is the standard library's ``.py`` sources.
+        data: a text file or folder; None is the standard library's ``.py`` sources;
+            ``"stdlib:.txt"`` its files with other suffixes (:func:`ecosim.torch.data.load_corpus`).
+        init_from: start from the model weights of this finished checkpoint (a
+            ``checkpoint.pt`` or the ``out`` folder holding one) of a run of the same preset,
+            not from a random init: every parameter takes the checkpoint's values (stored
+            layers decoded: a BF16 run's linears are its bfloat16 weights, not its FP32 master
+            copy), then the method's initial write quantizes the linears as it quantizes a
+            random init (a master scheme keeps those FP32 values as its master copy). Its
+            optimizer states, step and schedule are not taken: the run has its own. The
+            record gains ``init`` (the checkpoint, its run, and the validation loss on this
+            run's corpus before and after the initial write).
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         eval_every: validation every this many steps and at the end (default ``steps // 10``).
         eval_batches: validation batches (of ``batch`` x ``seq``) per evaluation.
@@ -101,7 +132,9 @@ class LMConfig:
         ckpt_every: also checkpoint every this many steps (always at the end and at a stop).
         quiet: no progress bar and no log lines.
         warmup: fraction of the steps with a linear warmup.
-        final_lr: the cosine's end, as a fraction of the peak.
+        final_lr: the cosine's end, as a fraction of the peak (0: annealed to zero, the
+            paper's fine-tuning recipe; a step at lr 0 updates the moments and writes nothing,
+            see :class:`ecosim.torch.ECOAdamW`).
         betas, eps, weight_decay: AdamW's.
         clip: global gradient-norm clipping threshold (0 disables clipping).
         diverge_loss: a training loss above this counts as diverged (default 1.5 ln vocab).
@@ -168,11 +201,11 @@ class LMConfig:
     diagnostics: bool = False
     autocast: bool = False
     act_fp8: bool = False
+    init_from: str | None = None
 
     def __post_init__(self):
         get_preset(self.preset)
-        if self.method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; choose one of {list(METHODS)}")
+        method_of(self.method)
         for f in ("autocast", "act_fp8"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"{f} must be a bool, got {getattr(self, f)!r}")
@@ -188,9 +221,8 @@ class LMConfig:
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
         if not 0.0 <= self.warmup < 1.0:
             raise ValueError(f"warmup must be a fraction in [0, 1), got {self.warmup!r}")
-        if not 0.0 < self.final_lr <= 1.0:
-            raise ValueError(f"final_lr must be in (0, 1] (ECO divides by the lr), "
-                             f"got {self.final_lr!r}")
+        if not 0.0 <= self.final_lr <= 1.0:
+            raise ValueError(f"final_lr must be in [0, 1], got {self.final_lr!r}")
         if len(tuple(self.betas)) != 2:
             raise ValueError(f"betas must be a pair, got {self.betas!r}")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
@@ -205,8 +237,11 @@ class LMConfig:
             raise ValueError(f"clip must be >= 0 (0: off), got {self.clip!r}")
         if self.storage not in STORAGES:
             raise ValueError(f"storage must be one of {STORAGES}, got {self.storage!r}")
-        if self.data is not None and not Path(self.data).exists():
+        if self.data is not None and not (str(self.data).startswith(_data.STDLIB)
+                                          or Path(self.data).exists()):
             raise FileNotFoundError(f"data path {self.data!r} does not exist")
+        if self.init_from is not None and not Path(self.init_from).exists():
+            raise FileNotFoundError(f"init_from: no checkpoint at {self.init_from!r}")
         if (self.resume or self.stop_after is not None) and self.out is None:
             raise ValueError("resume and stop_after need an out folder for the checkpoint")
         if self.resume and self.overwrite:

@@ -23,7 +23,7 @@ from ..nn import data_parallel, store_weights
 from ..optim import ECOAdamW
 from . import checkpoint, record
 from .activations import quantize_activations
-from .config import METHODS, LMConfig, lr_factor
+from .config import LMConfig, lr_factor, method_of
 from .distributed import Env, clip_grad_norm, fully_shard_model, gather_tensor, setup
 
 __all__ = ["build_optimizers", "train"]
@@ -37,7 +37,7 @@ def build_optimizers(model: Transformer, cfg: LMConfig) -> list:
     quantizes), torch AdamW over the rest]``. With ``cfg.storage == "codes"`` the linears of
     ``model`` are first replaced by :class:`ecosim.torch.nn.QuantizedLinear` (in place).
     ``cfg`` must be resolved (:meth:`LMConfig.resolved`: its ``lr`` is used)."""
-    method = METHODS[cfg.method]
+    method = method_of(cfg.method)
     qnames = set(quantized_names(model)) if method.scheme is not None else set()
     named = list(model.named_parameters())
     hp = dict(betas=cfg.betas, eps=cfg.eps)
@@ -114,7 +114,7 @@ class _Run:
             raise FileExistsError(f"{str(self.ck_path)!r} exists; pass --resume to continue "
                                   "that run, --overwrite to start it again, or choose another "
                                   "--out")
-        self.method = METHODS[cfg.method]
+        self.method = method_of(cfg.method)
         self.preset = get_preset(cfg.preset)
         corpus = self.corpus = _data.load_corpus(cfg.data)
         self.train_tok, self.val_tok = _data.split(corpus.tokens)
@@ -131,17 +131,27 @@ class _Run:
 
         gen = torch.Generator().manual_seed(rng.seed_of(rng.fold_in(cfg.seed, "init")))
         self.model = Transformer(self.preset.model, gen).to(dev)
+        init = None
+        if cfg.init_from:  # the checkpoint's weights, measured before the initial write
+            sd, init = checkpoint.init_weights(cfg)
+            self.model.load_state_dict(sd)
+            if not cfg.resume:
+                init["base_val_loss"] = self.evaluate()
         if cfg.fsdp:
             fully_shard_model(self.model, env)
         self.opts = build_optimizers(self.model, cfg)
-        fmt = METHODS[cfg.method].fmt
+        fmt = self.method.fmt
         if cfg.act_fp8 and fmt is not None and fmt.startswith("float8"):
             quantize_activations(self.model)  # after the layers are stored
+        if init is not None and not cfg.resume:  # and after it (a resume restores both)
+            init["start_val_loss"] = self.evaluate()
         lam = lambda s: lr_factor(s, cfg.steps, cfg.warmup, cfg.final_lr)  # noqa: E731
         self.scheds = [torch.optim.lr_scheduler.LambdaLR(o, lam) for o in self.opts]
         self.hist = {"step": 0, "curve": [], "window": [], "recent": [], "tokens": 0,
                      "train_s": 0.0, "eval_s": 0.0, "wall_s": 0.0, "segments": 0,
                      "diverged_at": None, "record": None}
+        if init is not None:
+            self.hist["init"] = init
 
     def segment(self) -> dict:
         """Train from ``hist["step"]`` to the end (or ``stop_after``, or a divergence) and

@@ -130,4 +130,6 @@ def build(run, diverged: bool) -> dict:
         "eval_batches": cfg.eval_batches,
         "diagnostics": hist.get("diagnostics") if cfg.diagnostics else None,
     }
+    if hist.get("init") is not None:  # --init-from: the checkpoint, and the loss it starts at
+        record["init"] = hist["init"]
     return jsonable(record)
