@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 from ecosim import recipes  # noqa: E402
 from ecosim.experiments.base import ConfigError  # noqa: E402
+from ecosim.experiments.lm import train_record  # noqa: E402
 from ecosim.experiments.lm_finetune import BASE, FINETUNE_METHODS, LMFinetuneConfig  # noqa: E402
 from ecosim.torch import ECOAdamW, Quantizer  # noqa: E402
 from ecosim.torch import data as lmdata  # noqa: E402
@@ -23,23 +24,19 @@ from ecosim.torch.lm.checkpoint import init_weights  # noqa: E402
 from ecosim.torch.model import Transformer, get_preset, quantized_names  # noqa: E402
 from ecosim.torch.nn import stored  # noqa: E402
 
-SHAPE = dict(preset="micro", batch=4, seq=32, eval_batches=2, quiet=True)
+SHAPE = dict(preset="micro", batch=4, seq=32, eval_batches=2)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+def train(**config) -> dict:
+    """A run on one CPU thread (``train_record``: the experiments' call)."""
+    return train_record("tests", **config)
 
 
 @pytest.fixture(scope="module")
 def pretrained(corpus, tmp_path_factory):
     """The out folder of a finished 6-step BF16-with-master run of ``micro``."""
     out = tmp_path_factory.mktemp("pretrained")
-    lm.train(lm.LMConfig(method="bf16_master", steps=6, eval_every=3, data=corpus,
-                         out=str(out), **SHAPE))
+    train(method="bf16_master", steps=6, eval_every=3, data=corpus, out=str(out), **SHAPE)
     return str(out)
 
 
@@ -58,7 +55,7 @@ def text(tmp_path_factory):
 def _ft(pretrained, text, **kw):
     base = dict(method="int4_eco_sr", steps=8, lr=3e-3, eval_every=4, log_every=1,
                 weight_decay=0.0, final_lr=0.0, data=text, init_from=pretrained, **SHAPE)
-    return lm.LMConfig(**{**base, **kw})
+    return {**base, **kw}
 
 
 def test_int4_methods_are_table1_rows_with_tensor_wise_int4():
@@ -77,7 +74,7 @@ def test_init_from_loads_the_checkpoints_bf16_weights(pretrained, text):
     cast of its FP32 master copy, which is not read), everything else its FP32 tensors. The
     INT4 run's initial write is q(those weights) and a master scheme keeps them in FP32."""
     ck = torch.load(f"{pretrained}/{lm.CHECKPOINT}", weights_only=True)
-    cfg = _ft(pretrained, text, method="int4_master_rtn").resolved()
+    cfg = lm.LMConfig(**_ft(pretrained, text, method="int4_master_rtn")).resolved()
     sd, info = init_weights(cfg)
     assert info["method"] == "bf16_master" and info["steps"] == 6 and info["preset"] == "micro"
     model = Transformer(get_preset("micro").model, torch.Generator().manual_seed(1))
@@ -106,13 +103,12 @@ def test_int4_finetune_resumes_bit_exactly_and_its_lr0_step_writes_nothing(pretr
     bit; with the schedule annealed to zero the last step (lr 0) leaves every weight as the
     step before left it."""
     assert lm.lr_factor(7, 8, 0.1, 0.0) == 0.0 and lm.lr_factor(6, 8, 0.1, 0.0) > 0.0
-    full = lm.train(_ft(pretrained, text, out=str(tmp_path / "full")))
-    assert lm.train(_ft(pretrained, text, out=str(tmp_path / "half"), stop_after=4))[
-        "step"] == 4
-    rest = lm.train(_ft(pretrained, text, out=str(tmp_path / "half"), resume=True))
+    full = train(**_ft(pretrained, text, out=str(tmp_path / "full")))
+    assert train(**_ft(pretrained, text, out=str(tmp_path / "half"), stop_after=4))["step"] == 4
+    rest = train(**_ft(pretrained, text, out=str(tmp_path / "half"), resume=True))
     assert rest["curve"] == full["curve"] and rest["segments"] == 2
     assert rest["init"] == full["init"]  # measured once, kept by the checkpoint
-    lm.train(_ft(pretrained, text, out=str(tmp_path / "seven"), stop_after=7))
+    train(**_ft(pretrained, text, out=str(tmp_path / "seven"), stop_after=7))
     a, b, c = (torch.load(tmp_path / d / lm.CHECKPOINT, weights_only=True)["model"]
                for d in ("full", "half", "seven"))
     assert a.keys() == b.keys() == c.keys()
@@ -151,8 +147,7 @@ def test_bad_init_from_is_a_one_line_error(pretrained, text, corpus, tmp_path, c
              (["--init-from", pretrained], "holds a model of preset 'micro', this run is "
                                            "preset 'tiny'")]
     stopped = tmp_path / "stopped"
-    lm.train(lm.LMConfig(method="bf16_master", steps=4, stop_after=2, data=corpus,
-                         out=str(stopped), **SHAPE))
+    train(method="bf16_master", steps=4, stop_after=2, data=corpus, out=str(stopped), **SHAPE)
     cases.append((["--preset", "micro", "--init-from", str(stopped)], "stopped at step 2"))
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a checkpoint")
@@ -164,7 +159,7 @@ def test_bad_init_from_is_a_one_line_error(pretrained, text, corpus, tmp_path, c
 
 
 def test_finetune_record_and_stdlib_slice(pretrained, text):
-    r = lm.train(_ft(pretrained, text, method="int4_naive_rtn", steps=2, eval_every=2))
+    r = train(**_ft(pretrained, text, method="int4_naive_rtn", steps=2, eval_every=2))
     json.dumps(r, allow_nan=False)
     assert r["weights"]["granularity"] == "tensor" and r["weights"]["format"] == "int4"
     assert r["weight_decay"] == 0.0 and r["schedule"]["final_lr"] == 0.0
