@@ -18,8 +18,8 @@ signs), and plain casts only where they are exact.
 
 Performance: on the CPU the kernel runs on chunks of ``2**18`` elements (torch's per-op
 overhead of microseconds dominates smaller ones); elsewhere the whole tensor is one chunk. A
-chunk whose magnitudes are all at most the format's max (no NaN, inf or overflow: the common
-case) adds the rounding carry to the bits with their sign and truncates, five in-place int32
+chunk whose magnitudes cannot round past the format's max (no NaN, inf or overflow: the
+common case, scaled blocks included) adds the rounding carry to the bits with their sign and truncates, five in-place int32
 ops for RTN, skipping the overflow, sign and NaN passes; other chunks take the general path.
 Random bits for ``key=``: element ``i`` (C order) uses counter ``counter + i``, exactly as in
 NumPy; float32 work takes them as int32 words, on the CPU from NumPy's own generator
@@ -310,8 +310,9 @@ def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws) -> t
     amin, amax = (int(v) for v in torch.aminmax(a))
     sh = plan.sh
     lowmask = (1 << sh) - 1
-    if amax <= plan.maxbits and fmt.signed and sh and (plan.sr or fmt.ties == "even"):
-        # No NaN, inf or overflow, so the carry never reaches the sign bit: round the bits
+    if amax <= plan.hi and fmt.signed and sh and (plan.sr or fmt.ties == "even"):
+        # No NaN or inf, and nothing rounds past max (plan.hi: max, plus just under half a
+        # step for RTN), so the carry never reaches the sign bit: round the bits
         # with their sign (`r` is then final wherever the input is at least the smallest
         # normal), skipping the overflow, sign and NaN rules of _finish.
         if plan.sr:
