@@ -54,8 +54,11 @@ figures: $(STAMP)
 	$(PY) -m ecosim figures --out figures --jobs 2
 	$(PY) -m ecosim readme
 
+# the speed table (every rounding path with its peer, torch's CPU mirror included; ~1 min),
+# then ecosim against gfloat and pychop
 bench: $(STAMP)
-	$(PY) benchmarks/quantize.py
+	$(PY) benchmarks/bench_all.py
+	$(PY) benchmarks/quantize.py --log2n 22
 
 # Refresh the lock to the newest releases the ranges admit (pip-tools' pip-compile, for this
 # Python: the lock is for CPython 3.11), then run `make test` and `make figures` and commit the

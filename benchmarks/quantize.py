@@ -7,13 +7,8 @@ on the grid), gfloat's ``round_ndarray`` (RTN and SR) and pychop's ``Chop(4, 3)`
 and the ratios the project targets. It also checks that ecosim's RTN output equals the
 ml_dtypes round trip bit for bit.
 
-It then times the scaled quantizer on the same numbers as a ``2**(log2n/2)``-square matrix:
-``Quantizer("e4m3", granularity="row")`` (call, ``encode`` to real 1-byte storage, ``decode``) and
-``Quantizer("int4", granularity=32)`` against bare ``ecosim.quantize`` of the same array and the
-ml_dtypes casts, and prints the ratios with their targets (encode at least the one-way cast it
-replaces; a call at least 0.8x a bare quantize). All rows are timed in interleaved rounds (every
-method once per round, best round kept) in CPU time of the calling thread, so that other load on
-the machine shifts the peers and ecosim alike; the ratios are the numbers to read.
+The scaled quantizers, the torch mirror and the ratios the project targets for them are in
+``benchmarks/bench_all.py``, which shares :func:`interleaved_rates` with this script.
 
 Run: ``make bench`` (installs the ``bench`` extra: gfloat, pychop) or
 ``python benchmarks/quantize.py [--log2n 24] [--repeats 3]``.
@@ -50,53 +45,6 @@ def interleaved_rates(fns: dict, n: int, rounds: int) -> dict:
             fn()
             best[name] = min(best[name], time.thread_time() - t0)
     return {name: n / max(t, 1e-9) / 1e6 for name, t in best.items()}
-
-
-def quantizer_table(x: np.ndarray, rounds: int) -> None:
-    """The scaled-quantizer rows and their ratios to bare quantize and the ml_dtypes casts."""
-    side = 1 << (int(np.log2(x.size)) // 2)
-    W = x[:side * side].reshape(side, side)
-    n = W.size
-    f8 = ml_dtypes.float8_e4m3fn
-    q8 = ecosim.Quantizer("e4m3", granularity="row")
-    q4 = ecosim.Quantizer("int4", granularity=32)
-    e8, e4 = q8.encode(W), q4.encode(W)
-    assert (q8.decode(e8) == q8(W)).all() and (q4.decode(e4) == q4(W)).all()
-    rates = interleaved_rates({
-        "ml_dtypes cast (one way)": lambda: W.astype(f8),
-        "ml_dtypes cast (round trip)": lambda: W.astype(f8).astype(np.float32),
-        "ecosim.quantize e4m3 RTN": lambda: ecosim.quantize(W, "e4m3"),
-        "Quantizer(e4m3, row)(W)": lambda: q8(W),
-        "Quantizer(e4m3, row).encode": lambda: q8.encode(W),
-        "Quantizer(e4m3, row).decode": lambda: q8.decode(e8),
-        "ecosim.quantize int4 RTN": lambda: ecosim.quantize(W, "int4"),
-        "Quantizer(int4, 32)(W)": lambda: q4(W),
-        "Quantizer(int4, 32).encode": lambda: q4.encode(W),
-        "Quantizer(int4, 32).decode": lambda: q4.decode(e4),
-    }, n, rounds)
-    cast_1 = rates["ml_dtypes cast (one way)"]
-    cast_rt = rates["ml_dtypes cast (round trip)"]
-    q_e4m3 = rates["ecosim.quantize e4m3 RTN"]
-    q_int4 = rates["ecosim.quantize int4 RTN"]
-    print()
-    print(f"scaled quantizers on a {side}x{side} float32 matrix (same numbers), "
-          f"{rounds} interleaved rounds, CPU time")
-    print(f"| {'method':30s} | {'Melem/s':>8s} | {'/ cast 1-way':>12s} | {'/ bare quantize':>15s} |")
-    print(f"|{'-' * 32}|{'-' * 10}|{'-' * 14}|{'-' * 17}|")
-    for k, v in rates.items():
-        bare = q_int4 if "int4" in k else q_e4m3
-        print(f"| {k:30s} | {v:8.1f} | {v / cast_1:12.2f} | {v / bare:15.2f} |")
-    print()
-    print("| ratio | value | target |")
-    print("|---|---|---|")
-    print(f"| Quantizer(e4m3, row).encode / ml_dtypes one way | "
-          f"{rates['Quantizer(e4m3, row).encode'] / cast_1:.2f} | >= 1 |")
-    print(f"| Quantizer(e4m3, row).decode / ml_dtypes round trip | "
-          f"{rates['Quantizer(e4m3, row).decode'] / cast_rt:.2f} | |")
-    print(f"| Quantizer(e4m3, row)(W) / bare quantize | "
-          f"{rates['Quantizer(e4m3, row)(W)'] / q_e4m3:.2f} | >= 0.8 |")
-    print(f"| Quantizer(int4, 32)(W) / bare quantize | "
-          f"{rates['Quantizer(int4, 32)(W)'] / q_int4:.2f} | >= 0.8 |")
 
 
 def main(argv=None):
@@ -170,7 +118,6 @@ def main(argv=None):
               f"| >= 10 |")
     if "pychop SR" in rates:
         print(f"| ecosim SR / pychop SR | {rates['ecosim SR (key)'] / rates['pychop SR']:.1f} | |")
-    quantizer_table(x, max(args.repeats, 5))
 
 
 if __name__ == "__main__":
