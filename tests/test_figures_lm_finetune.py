@@ -1,0 +1,48 @@
+"""The lm_finetune figure's table and verdicts on hand-made runs (no training)."""
+
+import numpy as np
+
+from ecosim.experiments.lm_finetune import FINETUNE_METHODS
+from ecosim.figures.lm_finetune import FINETUNE_ORDERINGS, finetune_markdown
+
+# final validation loss per method and seed 0, 1, 2 (naive + RTN diverges on every seed)
+FINAL = {"int4_master_rtn": (3.10, 3.12, 3.11), "int4_master_sr": (3.13, 3.12, 3.14),
+         "int4_naive_rtn": (None, None, None), "int4_naive_sr": (3.20, 3.22, 3.19),
+         "int4_eco_rtn": (3.11, 3.13, 3.12), "int4_eco_sr": (3.11, 3.14, 3.14)}
+
+
+def _results() -> dict:
+    rows = [(m, s, v) for m in FINETUNE_METHODS for s, v in enumerate(FINAL[m])]
+    n = len(rows)
+    steps = np.array([10.0, 20.0])
+    val = np.array([[np.nan, np.nan] if v is None else [v + 0.3, v] for _, _, v in rows])
+    return {"method": np.array([m for m, _, _ in rows]),
+            "seed": np.array([s for _, s, _ in rows]),
+            "val_loss": np.array([np.nan if v is None else v for _, _, v in rows]),
+            "diverged": np.array([v is None for _, _, v in rows]),
+            "steps": np.full(n, 20), "tokens": np.full(n, 20 * 1024),
+            "preset": np.full(n, "micro"), "pretrain_tokens": np.full(n, 665_600),
+            "curve_step": np.tile(steps, (n, 1)), "curve_val": val,
+            "base_val_loss": np.array([4.25 + 0.01 * s for _, s, _ in rows]),
+            "start_val_loss": np.full(n, 4.3)}
+
+
+def test_markdown_gaps_outcomes_and_verdicts():
+    md = finetune_markdown(_results())
+    # ECO + SR minus master + RTN per seed: 0.01, 0.02, 0.03: mean 0.02, sd 0.01, se 0.01/sqrt 3,
+    # t(0.975, 2 dof) = 4.302653: half-width 0.024841
+    assert "+0.0200 [-0.0048, +0.0448]" in md
+    # Base minus master + RTN per seed: 1.15, 1.14, 1.16 -> mean 1.15, same spread
+    assert "+1.1500 [+1.1252, +1.1748]" in md
+    assert ("| INT4 naive + RTN | 4.3000 ± 0.0000 | diverged 3 |  | 0 of 3 trained; diverged 3 "
+            "| diverged (not reported) |  |") in md
+    lines = {ln.split(" |")[0]: ln for ln in md.splitlines() if ln.startswith("| INT4 ECO")}
+    assert "holds (by outcome: B stalled or diverged)" in lines["| INT4 ECO + RTN < INT4 naive + RTN"]
+    # ECO + SR - naive + SR: -0.09, -0.08, -0.05: interval below 0
+    assert lines["| INT4 ECO + SR < INT4 naive + SR"].split(" | ")[2].startswith("holds: -0.0733")
+    assert "| Base (no fine-tune) | 47.53 | 73.06 | 16.15 | 77.34 | 80.36 | 37.64 | 55.35 |" in md
+    # the paper's side: mean accuracy over Table 2's six benchmarks, ECO minus master
+    # (335.89 - 333.67) / 6 = +0.37 with RTN, (334.47 - 334.08) / 6 = +0.065 with SR
+    assert [o[3] for o in FINETUNE_ORDERINGS][::2] == ["+0.37 points",
+                                                       "INT4 naive + RTN diverged"]
+    assert FINETUNE_ORDERINGS[3][3] == "INT4 naive + SR diverged"
