@@ -19,6 +19,7 @@ from ecosim.experiments.lm import run_setting  # noqa: E402
 from ecosim.torch.nn import QuantizedLinear, store_weights  # noqa: E402
 from ecosim.torch.model import (PRESETS, ModelConfig, Transformer, ffn_dim,  # noqa: E402
                                 param_counts, quantized_names)
+from lm_checks import assert_same_checkpoint  # noqa: E402
 
 PAPER = {"30m": 30e6, "50m": 50e6, "100m": 100e6, "200m": 200e6, "430m": 430e6, "800m": 800e6}
 STEPS = 40
@@ -180,16 +181,7 @@ def test_resume_is_bit_exact(corpus, tmp_path, method):
     assert rest["curve"] == full["curve"]
     assert rest["final_train_loss"] == full["final_train_loss"]
     assert rest["segments"] == 2 and full["segments"] == 1
-    a = torch.load(tmp_path / "full" / lm.CHECKPOINT, weights_only=True)
-    b = torch.load(tmp_path / "half" / lm.CHECKPOINT, weights_only=True)
-    assert a["model"].keys() == b["model"].keys()
-    for k in a["model"]:
-        assert torch.equal(a["model"][k], b["model"][k]), k
-    for oa, ob in zip(a["optimizers"], b["optimizers"]):
-        for i in oa["state"]:
-            for k, v in oa["state"][i].items():
-                assert torch.equal(v, ob["state"][i][k]) if torch.is_tensor(v) else v == \
-                    ob["state"][i][k]
+    assert_same_checkpoint(tmp_path / "full" / lm.CHECKPOINT, tmp_path / "half" / lm.CHECKPOINT)
     # Resuming a finished run returns its record and trains nothing.
     again = lm.train(_cfg(corpus, out=str(tmp_path / "half"), resume=True, **kw))
     assert again == rest

@@ -23,6 +23,7 @@ from . import rtn_stall, error_similarity  # noqa: E402,F401  isort: skip
 from . import mlp_methods, mlp_memory  # noqa: E402,F401  isort: skip
 from . import mantissa_sweep, compressed_states, relative_error  # noqa: E402,F401  isort: skip
 from . import lm  # noqa: E402,F401  isort: skip  (needs the torch backend or a results file)
+from . import lm_moe  # noqa: E402,F401  isort: skip
 from . import eco_adam  # noqa: E402,F401  isort: skip
 from . import precision_horizon  # noqa: E402,F401  isort: skip
 from . import dqt  # noqa: E402,F401  isort: skip

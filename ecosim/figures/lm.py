@@ -110,8 +110,8 @@ def _cells(r, col: np.ndarray) -> dict:
     return _claims.lm_cells(r, col, BASE)
 
 
-def _unpaired_text(seeds: list[int]) -> str:
-    return (f"no finished {method_label(BASE)} run for seed{'s' * (len(seeds) > 1)} "
+def _unpaired_text(seeds: list[int], base: str = BASE) -> str:
+    return (f"no finished {method_label(base)} run for seed{'s' * (len(seeds) > 1)} "
             + ", ".join(map(str, seeds)))
 
 
@@ -132,9 +132,9 @@ def _failed_text(cell: dict) -> str:
     return ", ".join(f"{k} {oc[k]}" for k in ("diverged", "stalled") if oc[k])
 
 
-def _cell_text(cells: dict, c: int, m: str) -> str:
-    """A table cell: mean ± sd over the seeds that trained, the paired gap to BASE with its 95%
-    interval in brackets, ``n``, and the runs that stalled or diverged (never averaged)."""
+def _cell_text(cells: dict, c: int, m: str, base: str = BASE) -> str:
+    """A table cell: mean ± sd over the seeds that trained, the paired gap to ``base`` with its
+    95% interval in brackets, ``n``, and the runs that stalled or diverged (never averaged)."""
     cell = cells.get((c, m))
     if cell is None:
         return ""
@@ -144,7 +144,7 @@ def _cell_text(cells: dict, c: int, m: str) -> str:
         return f"{failed} of n={n}" if len(failed.split(",")) > 1 else \
             f"{failed.split()[0]} n={n}"
     text = f"{loss['mean']:.4f}" + (f" ± {loss['sd']:.4f}" if loss["n"] > 1 else "")
-    if m != BASE:
+    if m != base:
         parts = []
         if cell["gap"]["n"]:
             g = _interval_text(cell["gap"])
@@ -152,7 +152,7 @@ def _cell_text(cells: dict, c: int, m: str) -> str:
                 g += f" over n={cell['gap']['n']}"
             parts.append(g)
         if cell["unpaired"]:
-            parts.append(_unpaired_text(cell["unpaired"]))
+            parts.append(_unpaired_text(cell["unpaired"], base))
         text += f" ({'; '.join(parts)})"
     text += f" n={oc['trained']}"
     if failed:

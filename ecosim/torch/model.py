@@ -11,6 +11,11 @@ Quantized layers: only the block-internal linears (attention ``wq, wk, wv, wo``,
 ``w_gate, w_up, w_down``), as in the paper; embedding, head and norm gains stay in FP32.
 :func:`quantized_names` lists them.
 
+Mixture of experts (:class:`MoEConfig`, presets ``*_moe``): each block's MLP is a
+:class:`ecosim.torch.moe.MoE`, ``n_experts`` SwiGLU experts of width ``d_ff`` behind a top-k
+router. As in the paper's SMoE (Figure 3), only the expert linears are quantized there; router,
+attention, embedding and head stay FP32 under plain AdamW.
+
 SwiGLU width: ``d_ff = 64 * ceil((8/3) d / 64)`` (8/3 d keeps the MLP at ``8 d^2`` weights, the
 same as a 4d GELU MLP, and a multiple of 64 suits matmul tiles). Then each block holds
 ``4 d^2 + 3 d d_ff ~ 12 d^2`` quantized weights, and the non-embedding counts of the paper's
@@ -31,8 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["ModelConfig", "PRESETS", "Preset", "Transformer", "ffn_dim", "get_preset",
-           "param_counts", "quantized_names"]
+from .moe import MoE
+
+__all__ = ["MoEConfig", "ModelConfig", "PRESETS", "Preset", "Transformer", "ffn_dim",
+           "get_preset", "param_counts", "quantized_names"]
 
 _QUANTIZED = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
@@ -88,6 +95,38 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class MoEConfig(ModelConfig):
+    """Shape of a sparse mixture-of-experts :class:`Transformer` (:mod:`ecosim.torch.moe`).
+
+    A subclass, so that dense shapes (and the records that store them) keep their fields.
+
+    Attributes:
+        d_ff: each expert's SwiGLU width (default :func:`ffn_dim`).
+        n_experts: experts per block.
+        top_k: experts each token is routed to.
+        aux_coef: weight of the load-balancing loss (:func:`ecosim.torch.moe.balance_loss`,
+            mean over the blocks) added to the loss of forwards that record gradients
+            (training); under ``torch.no_grad`` (validation) the loss is the cross-entropy
+            alone. 0 leaves it out.
+    """
+
+    n_experts: int = 4
+    top_k: int = 2
+    aux_coef: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        for f in ("n_experts", "top_k"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{f} must be a positive int, got {v!r}")
+        if self.top_k > self.n_experts:
+            raise ValueError(f"top_k={self.top_k} must not exceed n_experts={self.n_experts}")
+        if not (math.isfinite(self.aux_coef) and self.aux_coef >= 0):
+            raise ValueError(f"aux_coef must be a finite number >= 0, got {self.aux_coef!r}")
+
+
+@dataclass(frozen=True)
 class Preset:
     """A named model with its training defaults.
 
@@ -110,6 +149,10 @@ PRESETS: dict[str, Preset] = {
     # protocol (ecosim.experiments.lm): 20 tokens per non-embedding parameter in 650 steps.
     "micro": Preset(ModelConfig(32, 2, 1), lr=3e-3, seq=64, batch=16),
     "tiny": Preset(ModelConfig(64, 2, 2), lr=3e-3, seq=64, batch=16),
+    # micro's attention with 4 experts of width 64, 2 routed per token: the size of the lm_moe
+    # experiment (Figure 3 in miniature; counts in ecosim.experiments.lm_moe); lr untuned.
+    "micro_moe": Preset(MoEConfig(32, 2, 1, d_ff=64, n_experts=4, top_k=2, aux_coef=0.01),
+                        lr=3e-3, seq=64, batch=64),
     "small": Preset(ModelConfig(256, 4, 4), lr=2e-3, seq=256, batch=16),
     # The ECO paper's Table 1 shapes (head dim 128) and peak learning rates.
     "30m": Preset(ModelConfig(640, 6, 5), lr=1.2e-3, seq=512, batch=32),
@@ -185,17 +228,23 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm residual block: attention then SwiGLU."""
+    """Pre-norm residual block: attention then SwiGLU (an MoE of SwiGLU experts for an
+    :class:`MoEConfig`)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = MLP(cfg)
+        moe = isinstance(cfg, MoEConfig)
+        self.mlp = MoE(cfg.d_model, cfg.n_experts, cfg.top_k, lambda: MLP(cfg)) if moe \
+            else MLP(cfg)
+        self.aux = moe and cfg.aux_coef > 0  # the MoE keeps its balance loss for the model
 
     def forward(self, x, cos, sin):
         x = x + self.attn(self.attn_norm(x), cos, sin)
+        if self.aux:
+            return x + self.mlp(self.mlp_norm(x), aux=True)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -248,14 +297,21 @@ class Transformer(nn.Module):
         logits = self.head(self.norm(x))
         if targets is None:
             return logits
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                               targets.reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        if self.blocks[0].aux and torch.is_grad_enabled():  # training an MoE: + balance loss
+            aux = sum(blk.mlp.aux for blk in self.blocks) / len(self.blocks)
+            loss = loss + self.cfg.aux_coef * aux
+        return loss
 
 
 def quantized_names(model: nn.Module) -> list[str]:
-    """Names (as ``model.named_parameters()`` gives them) of the block-internal linear weights."""
-    return [n for n, _ in model.named_parameters()
-            if n.startswith("blocks.") and n.rsplit(".", 2)[-2] in _QUANTIZED]
+    """Names (as ``model.named_parameters()`` gives them) of the quantized linear weights: the
+    block-internal linears of a dense model; of an MoE model (one with ``.experts.`` layers)
+    the expert linears only, so its router and attention stay FP32."""
+    names = [n for n, _ in model.named_parameters()
+             if n.startswith("blocks.") and n.rsplit(".", 2)[-2] in _QUANTIZED]
+    experts = [n for n in names if ".experts." in n]
+    return experts or names
 
 
 def param_counts(cfg: ModelConfig | str) -> dict:
@@ -267,25 +323,38 @@ def param_counts(cfg: ModelConfig | str) -> dict:
     Returns:
         ``{"total", "embedding", "non_embedding", "quantized"}``: ``embedding`` counts the
         token embedding and the (untied) head, ``non_embedding`` the rest (blocks and final
-        norm), ``quantized`` the block-internal linears.
+        norm), ``quantized`` the linears of :func:`quantized_names`. An :class:`MoEConfig`
+        adds ``experts`` (all expert weights) and ``active_non_embedding`` (the non-embedding
+        weights one token uses: ``top_k`` of the ``n_experts`` experts); dense shapes do
+        not have these keys, so their records are unchanged.
 
     Example:
         >>> param_counts("30m")["non_embedding"]
         29745280
+        >>> c = param_counts("micro_moe")
+        >>> c["non_embedding"], c["active_non_embedding"], c["quantized"]
+        (57760, 33184, 49152)
     """
     if isinstance(cfg, str):
         cfg = get_preset(cfg).model
     with torch.device("meta"):
         m = Transformer(cfg)
     q = set(quantized_names(m))
-    total = emb = quant = 0
+    total = emb = quant = experts = 0
     for n, p in m.named_parameters():
         total += p.numel()
         if n.startswith(("embed.", "head.")):
             emb += p.numel()
         if n in q:
             quant += p.numel()
-    return {"total": total, "embedding": emb, "non_embedding": total - emb, "quantized": quant}
+        if ".experts." in n:
+            experts += p.numel()
+    out = {"total": total, "embedding": emb, "non_embedding": total - emb, "quantized": quant}
+    if isinstance(cfg, MoEConfig):
+        out["experts"] = experts
+        out["active_non_embedding"] = (total - emb - experts
+                                       + experts * cfg.top_k // cfg.n_experts)
+    return out
 
 
 def get_preset(name: str) -> Preset:
@@ -305,8 +374,8 @@ def markdown_table() -> str:
 
     The paper-size commands follow the ECO paper's recipe (docs/theory.md §7): a global batch
     of 512 sequences of 512 tokens and 100 training tokens per non-embedding parameter; the
-    CPU presets' commands train 20 tokens per non-embedding parameter (steps rounded up to a
-    multiple of 50), the least the Table 1 protocol of :mod:`ecosim.experiments.lm` accepts
+    CPU presets' commands train 20 tokens per non-embedding parameter (an MoE's active ones;
+    steps rounded up to a multiple of 50), the least the Table 1 protocol of :mod:`ecosim.experiments.lm` accepts
     as a claim."""
     lines = ["| preset | d_model / layers / heads (head dim) | SwiGLU width | non-embedding "
              "params | quantized (block linears) | embedding + head | peak lr | seq x batch |",
@@ -319,12 +388,15 @@ def markdown_table() -> str:
     for name, p in PRESETS.items():
         c = param_counts(p.model)
         cfg = p.model
+        active = c.get("active_non_embedding", c["non_embedding"])  # MoE: per token
+        moe = (f" (MoE: {cfg.n_experts} experts, top {cfg.top_k}; {m(active)} active)"
+               if isinstance(cfg, MoEConfig) else "")
         lines.append(f"| `{name}` | {cfg.d_model} / {cfg.n_layers} / {cfg.n_heads} "
-                     f"({cfg.head_dim}) | {cfg.d_ff} | {m(c['non_embedding'])} | "
+                     f"({cfg.head_dim}) | {cfg.d_ff} | {m(c['non_embedding'])}{moe} | "
                      f"{m(c['quantized'])} | {m(c['embedding'])} | {p.lr:g} | "
                      f"{p.seq} x {p.batch} |")
         if p.seq < 512:  # a CPU preset
-            steps = 50 * math.ceil(20 * c["non_embedding"] / (p.seq * p.batch * 50))
+            steps = 50 * math.ceil(20 * active / (p.seq * p.batch * 50))
             cmds.append(f"python -m ecosim.torch.lm --preset {name} --method fp8_eco_sr "
                         f"--steps {steps} --results runs.jsonl")
         else:
