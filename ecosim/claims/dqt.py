@@ -27,7 +27,7 @@ from .table import Claim, markdown, verdict_of
 
 __all__ = ["STALL_FRACTION", "TOL_COMPETITIVE", "TOL_STATES", "MIN_KEPT", "MIN_KEPT_PARTLY",
            "OUTCOMES", "outcomes", "paired_gap", "method_label", "summary", "evaluate",
-           "claims_markdown", "gap_table_markdown"]
+           "claims_markdown", "gap_table_markdown", "competitive_verdict"]
 
 STALL_FRACTION = 0.5      # "stalled": less than half the way from its start to FP32's final
 TOL_COMPETITIVE = 0.05    # (2) "on par": gap to BitNet within 5% of BitNet's loss
@@ -168,18 +168,24 @@ def _claim_converges(run, cfg) -> Claim:
         pts)
 
 
+def competitive_verdict(gap: dict, tol: float) -> str:
+    """Claim (2)'s verdict on a paired gap (DQT minus BitNet, a :func:`t_interval` dict):
+    ``"holds"`` when the interval's upper end is within ``tol``, ``"partly"`` when the mean
+    is, else ``"no"``."""
+    if gap["n"] >= 2 and gap["hi"] <= tol:
+        return "holds"
+    if gap["n"] >= 1 and gap["mean"] <= tol:
+        return "partly"
+    return "no"
+
+
 def _claim_bitnet(run, cfg) -> Claim:
     m = f"dqt_{cfg.states_bits}_sr"
     gap = paired_gap(run, m, "bitnet")
     bn = run["final_val_loss"][_rows(run, "bitnet")][outcomes(run)[_rows(run, "bitnet")]
                                                        == "trained"]
     tol = TOL_COMPETITIVE * float(bn.mean()) if bn.size else math.nan
-    if gap["n"] >= 2 and gap["hi"] <= tol:
-        verdict = "holds"
-    elif gap["n"] >= 1 and gap["mean"] <= tol:
-        verdict = "partly"
-    else:
-        verdict = "no"
+    verdict = competitive_verdict(gap, tol)
     fp = paired_gap(run, "bitnet", "fp32")
     return Claim(
         2, f"{_BITS_LABEL[cfg.states_bits]} DQT is competitive with BitNet b1.58",

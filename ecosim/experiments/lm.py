@@ -53,18 +53,26 @@ import numpy as np
 from .. import recipes
 from .base import Config, ConfigError, at_least, distinct, experiment
 
-__all__ = ["LMTableConfig", "METHODS", "method_parts", "records_to_results", "read_records",
-           "run_setting", "describe_setting", "unique_runs",
+__all__ = ["LMTableConfig", "METHODS", "OTHER_METHODS", "method_parts", "records_to_results",
+           "read_records", "run_setting", "describe_setting", "unique_runs",
            "train_record"]
 
 #: Table 1's seven methods, in the paper's order (names of ``python -m ecosim.torch.lm``).
 METHODS = tuple(m.name for m in recipes.TABLE1)
 
 
+#: the runner's methods beyond Table 1 (DQT and BitNet b1.58): ``(weights, scheme, mode)``
+OTHER_METHODS = {"dqt8_sr": ("int8", "dqt", "sr"), "dqt_ternary_sr": ("ternary", "dqt", "sr"),
+                 "bitnet_b158": ("ternary", "bitnet", "rtn")}
+
+
 def method_parts(method: str) -> tuple[str, str, str]:
-    """``(weights, scheme, mode)`` of a method name, e.g. ``fp8_eco_sr -> (e4m3, eco, sr)``."""
+    """``(weights, scheme, mode)`` of a method name, e.g. ``fp8_eco_sr -> (e4m3, eco, sr)``,
+    ``dqt8_sr -> (int8, dqt, sr)``."""
     if method == "fp32":
         return "fp32", "fp", "rtn"
+    if method in OTHER_METHODS:
+        return OTHER_METHODS[method]
     try:
         weights, row = recipes.parse_run_name(method)  # fp8_... (Table 1) or int4_...
         return row.parts("e4m3" if weights == "fp8" else weights)

@@ -20,7 +20,19 @@ name               scheme      weights                               paper row
 ``fp8_naive_sr``   naive       E4M3 row-wise, SR                     FP8 naive + SR
 ``fp8_eco_rtn``    eco         E4M3 row-wise, RTN                    FP8 ECO + RTN
 ``fp8_eco_sr``     eco         E4M3 row-wise, SR                     FP8 ECO + SR
+``dqt8_sr``        DQT         INT8 per tensor, SR                   (DQT, arXiv 2412.04787)
+``dqt_ternary_sr`` DQT         ternary per tensor, SR                (DQT)
+``bitnet_b158``    (none)      FP32 master; ternary forward, STE     (BitNet b1.58 baseline)
 =================  ==========  ====================================  ==========================
+
+DQT (:class:`ecosim.torch.dqt.DQTAdamW`, ``naive`` updates, no master copy): the linears are
+stored as INT8 codes (1 byte per weight) or ternary codes (four per byte) with one scale per
+tensor; the initial write rounds to nearest with an absmax (INT8) or absmean (ternary) scale,
+and every step writes its update with stochastic rounding onto the grid whose scale is the
+previous step's weights' (the DQT reference code's signed-max rule,
+:attr:`Method.dqt_scale`). BitNet b1.58 keeps FP32 master weights under AdamW and runs each
+linear's forward through :class:`ecosim.torch.bitnet.BitLinear`: absmean-ternary weights and
+INT8 per-token absmax activations, gradients straight through.
 
 :data:`INT4_METHODS` are the six quantized rows with INT4 weights and one absmax scale per
 tensor (``int4_master_rtn`` ... ``int4_eco_sr``), the format of the paper's Table 2, which

@@ -1,4 +1,5 @@
-"""The run's settings: Table 1's methods, :class:`LMConfig` and the learning-rate schedule.
+"""The run's settings: the methods (Table 1's, DQT, BitNet b1.58), :class:`LMConfig` and the
+learning-rate schedule.
 
 Part of :mod:`ecosim.torch.lm` (whose docstring gives the recipe and the results record).
 """
@@ -15,6 +16,7 @@ import torch
 from ... import quantizer as _np_quantizer
 from ... import recipes
 from .. import data as _data
+from ..dqt import dqt_quantizers
 from ..model import get_preset
 from ..quantizer import Quantizer
 
@@ -26,26 +28,40 @@ STORAGES = ("codes", "param")
 
 @dataclass(frozen=True)
 class Method:
-    """A row of Table 1: the weight-update scheme and the weight quantizer.
+    """A training method: a row of Table 1 (the weight-update scheme and the weight
+    quantizer), DQT or BitNet b1.58.
 
     Attributes:
-        scheme: ``"master"``, ``"naive"`` or ``"eco"`` (None: no quantization, plain AdamW).
-        fmt: weight format (``"float8_e4m3fn"``, ``"bfloat16"``) or None.
+        scheme: ``"master"``, ``"naive"`` or ``"eco"`` (None: the block linears are plain
+            FP32 parameters under torch's AdamW).
+        fmt: weight format (``"float8_e4m3fn"``, ``"bfloat16"``, ``"int8"``, ``"ternary"``)
+            or None.
         mode: ``"rtn"`` or ``"sr"`` (None when unquantized).
         granularity: the scales of a scaled format (``"row"``: FP8; ``"tensor"``: INT4).
+        kind: ``"table1"`` (:class:`~ecosim.torch.ECOAdamW`, row-wise scales), ``"dqt"``
+            (:class:`~ecosim.torch.dqt.DQTAdamW`: one scale per tensor, the previous step's)
+            or ``"bitnet"`` (FP32 master weights under AdamW, the forward through
+            :class:`~ecosim.torch.bitnet.BitLinear`).
+        dqt_scale: DQT's rule for the scale of the previous weights (``"max"``: the DQT
+            reference code's signed maximum, with which an integer grid never grows, as in
+            the ``dqt`` experiment; ``"absmax"``); see :class:`~ecosim.torch.dqt.DQTAdamW`.
     """
 
     scheme: str | None
     fmt: str | None = None
     mode: str | None = None
     granularity: str = "row"
+    kind: str = "table1"
+    dqt_scale: str = "max"
 
     def quantizer(self) -> Quantizer | None:
         """The weight quantizer: E4M3 (and other 8-bit and narrower formats) with absmax
-        scales per :attr:`granularity`; 16-bit formats unscaled (their range needs no
-        scale)."""
-        if self.fmt is None:
+        scales per :attr:`granularity`; 16-bit formats unscaled (their range needs no scale); DQT's step
+        quantizer (per tensor) for DQT; None for FP32 and BitNet (FP32 master weights)."""
+        if self.fmt is None or self.kind == "bitnet":
             return None
+        if self.kind == "dqt":
+            return dqt_quantizers(self.fmt, mode=self.mode)[0]
         if self.fmt in ("bfloat16", "float16"):
             return Quantizer(self.fmt, self.mode, scale=1.0)
         return Quantizer(self.fmt, self.mode, granularity=self.granularity)
@@ -58,13 +74,17 @@ class Method:
         return _np_quantizer.Quantizer(q.fmt, q.mode, q.granularity, q.scale)
 
 
-#: plain AdamW, then Table 1's rows (:data:`ecosim.recipes.TABLE1`) with FP8 E4M3 weights
+#: plain AdamW, Table 1's rows (:data:`ecosim.recipes.TABLE1`) with FP8 E4M3 weights, then
+#: DQT (INT8 and ternary, SR, no master copy) and BitNet b1.58 (FP32 master, ternary forward)
 METHODS: dict[str, Method] = {
     "fp32": Method(None),
     **{m.name: Method(m.scheme, "bfloat16" if m.weights == "bf16"
                       else recipes.WEIGHT_FORMATS["fp8"][0], m.mode) for m in recipes.TABLE1},
+    "dqt8_sr": Method("naive", "int8", "sr", kind="dqt"),
+    "dqt_ternary_sr": Method("naive", "ternary", "sr", kind="dqt"),
+    "bitnet_b158": Method(None, "ternary", "rtn", kind="bitnet"),
 }
-TABLE1_METHODS = tuple(m for m in METHODS if m != "fp32")
+TABLE1_METHODS = tuple(m for m, v in METHODS.items() if v.kind == "table1" and m != "fp32")
 
 #: Table 1's quantized rows with INT4 weights, one absmax scale per tensor (the format of the
 #: paper's Table 2 fine-tuning): ``int4_master_rtn`` ... ``int4_eco_sr``
@@ -253,6 +273,9 @@ class LMConfig:
             raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
+        if self.fsdp and method_of(self.method).kind != "table1":
+            raise ValueError(f"fsdp is for Table 1's methods (row-wise scales); {self.method!r} "
+                             "needs whole tensors (a per-tensor scale, or BitNet's absmean)")
         if self.fsdp and self.storage != "param":
             raise ValueError(
                 f"fsdp needs storage='param' (--storage param), got storage={self.storage!r}: "

@@ -18,6 +18,8 @@ import torch
 
 from ... import rng
 from .. import data as _data
+from ..bitnet import bitnet_linears
+from ..dqt import DQTAdamW
 from ..model import Transformer, get_preset, quantized_names
 from ..nn import data_parallel, store_weights
 from ..optim import ECOAdamW
@@ -33,11 +35,15 @@ _VAL_KEY = rng.fold_in(0, "val")  # validation batches: the same for every seed 
 
 
 def build_optimizers(model: Transformer, cfg: LMConfig) -> list:
-    """The optimizers of a run: ``[ECOAdamW over the block-internal linears (if the method
-    quantizes), torch AdamW over the rest]``. With ``cfg.storage == "codes"`` the linears of
-    ``model`` are first replaced by :class:`ecosim.torch.nn.QuantizedLinear` (in place).
+    """The optimizers of a run: ``[ECOAdamW (DQT: DQTAdamW) over the block-internal linears
+    (if the method quantizes), torch AdamW over the rest]``. With ``cfg.storage == "codes"``
+    the linears of ``model`` are first replaced by :class:`ecosim.torch.nn.QuantizedLinear`
+    (in place); BitNet b1.58 replaces them by :class:`ecosim.torch.bitnet.BitLinear` (same
+    parameters, all under torch's AdamW).
     ``cfg`` must be resolved (:meth:`LMConfig.resolved`: its ``lr`` is used)."""
     method = method_of(cfg.method)
+    if method.kind == "bitnet":  # FP32 master weights in torch's AdamW; BitLinear forwards
+        bitnet_linears(model, {n.rsplit(".", 1)[0] for n in quantized_names(model)})
     qnames = set(quantized_names(model)) if method.scheme is not None else set()
     named = list(model.named_parameters())
     hp = dict(betas=cfg.betas, eps=cfg.eps)
@@ -54,9 +60,16 @@ def build_optimizers(model: Transformer, cfg: LMConfig) -> list:
             store_weights(model, weights, key=key, predicate=lambda name, mod: name in layers)
             named = list(model.named_parameters())
             weights = None  # stored layers carry their quantizer
-        opts.insert(0, ECOAdamW([(n, p) for n, p in named if n in qnames], cfg.lr,
-                                weight_decay=cfg.weight_decay, scheme=method.scheme,
-                                weights=weights, key=key, diagnostics=cfg.diagnostics, **hp))
+        pairs = [(n, p) for n, p in named if n in qnames]
+        if method.kind == "dqt":  # per-tensor grids, the previous step's scale, q_init at start
+            opts.insert(0, DQTAdamW(pairs, cfg.lr, method.fmt, weight_decay=cfg.weight_decay,
+                                    scheme=method.scheme, mode=method.mode,
+                                    scale=method.dqt_scale, key=key,
+                                    diagnostics=cfg.diagnostics, **hp))
+        else:
+            opts.insert(0, ECOAdamW(pairs, cfg.lr, weight_decay=cfg.weight_decay,
+                                    scheme=method.scheme, weights=weights, key=key,
+                                    diagnostics=cfg.diagnostics, **hp))
     return opts
 
 

@@ -102,7 +102,9 @@ def build(run, diverged: bool) -> dict:
     record = {
         "preset": cfg.preset, "method": cfg.method, "scheme": method.scheme,
         "weights": None if q is None else {"format": q.fmt.name, "mode": q.mode,
-                                           "granularity": q.granularity, "scale": q.scale},
+                                           "granularity": q.granularity,
+                                           "scale": (f"previous step's {method.dqt_scale}"
+                                                     if method.kind == "dqt" else q.scale)},
         "model": {**dataclasses.asdict(preset.model), "head_dim": preset.model.head_dim},
         "n_params": counts,
         "steps": cfg.steps, "steps_done": hist["step"], "batch": B, "seq": T, "grad_accum": A,
