@@ -180,14 +180,20 @@ def _orderings_md(r, cols, col) -> list[str]:
             if o is None:
                 row.append("")
                 continue
-            v = _VERDICT[o["verdict"]]
-            if o["how"] == "outcome":
-                v += f" (by outcome: {o['failed'].upper()} stalled or diverged)"
-            elif o["diff"]["n"]:
-                v += f": {_interval_text(o['diff'])} n={o['diff']['n']}"
-            row.append(v)
+            row.append(_verdict_text(o))
         lines.append("| " + " | ".join(row) + " |")
     return lines
+
+
+def _verdict_text(o: dict) -> str:
+    """A table cell of an ordering's verdict (:func:`ecosim.claims.lm_orderings`' dict):
+    the verdict and how it was reached (the interval, or which side failed)."""
+    v = _VERDICT[o["verdict"]]
+    if o["how"] == "outcome":
+        return v + f" (by outcome: {o['failed'].upper()} stalled or diverged)"
+    if o["diff"]["n"]:
+        return v + f": {_interval_text(o['diff'])} n={o['diff']['n']}"
+    return v
 
 
 def _protocol_text(r, cols, col) -> str:

@@ -72,12 +72,7 @@ def lm_moe_markdown(r, cols, col, cells) -> str:
                 if o is None:
                     row.append("")
                     continue
-                v = o["verdict"]
-                if o["how"] == "outcome":
-                    v += f" (by outcome: {o['failed'].upper()} stalled or diverged)"
-                elif o["diff"]["n"]:
-                    v += f": {_lm._interval_text(o['diff'])} n={o['diff']['n']}"
-                row.append(v)
+                row.append(_lm._verdict_text(o))
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
