@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from .stats import LEVEL, t_interval
+from .stats import LEVEL, counts_text, interval_text, t_interval
 from .table import Claim, markdown, verdict_of
 
 __all__ = ["STALL_FRACTION", "TOL_COMPETITIVE", "TOL_STATES", "MIN_KEPT", "MIN_KEPT_PARTLY",
@@ -130,17 +130,9 @@ def summary(run) -> list[dict]:
 
 # -- the claims ----------------------------------------------------------------------------------
 
-def _ci(d: dict) -> str:
-    """``mean [lo, hi] (n=N)``, or what is missing."""
-    if d["n"] < 2:
-        return f"n={d['n']} (no interval)"
-    return f"{d['mean']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}] (n={d['n']})"
-
-
 def _counts(run, method: str) -> str:
     oc = outcomes(run)[_rows(run, method)]
-    parts = [f"{int(np.sum(oc == k))} {k}" for k in OUTCOMES if np.any(oc == k)]
-    return ", ".join(parts)
+    return counts_text({k: int(np.sum(oc == k)) for k in OUTCOMES})
 
 
 def _claim_converges(run, cfg) -> Claim:
@@ -152,7 +144,8 @@ def _claim_converges(run, cfg) -> Claim:
         ok = bool(np.all(oc[rows] == "trained"))
         flags.append(ok)
         gap = paired_gap(run, m, "fp32")
-        parts.append(f"{_BITS_LABEL[b]}: {_counts(run, m)}; gap to FP32 {_ci(gap)}")
+        parts.append(f"{_BITS_LABEL[b]}: {_counts(run, m)}; "
+                     f"gap to FP32 {interval_text(gap)}")
         pts.append((method_label(m), gap["mean"], gap["lo"], gap["hi"]))
     return Claim(
         1, "Training directly on ternary or n-bit weights with SR converges",
@@ -190,8 +183,9 @@ def _claim_bitnet(run, cfg) -> Claim:
     return Claim(
         2, f"{_BITS_LABEL[cfg.states_bits]} DQT is competitive with BitNet b1.58",
         "8-bit DQT reaches BitNet b1.58's loss (first version: within 5%)",
-        f"DQT {_BITS_LABEL[cfg.states_bits]} SR minus BitNet b1.58: {_ci(gap)}; BitNet minus "
-        f"FP32: {_ci(fp)}; BitNet {_counts(run, 'bitnet')}, DQT {_counts(run, m)}",
+        f"DQT {_BITS_LABEL[cfg.states_bits]} SR minus BitNet b1.58: {interval_text(gap)}; "
+        f"BitNet minus FP32: {interval_text(fp)}; BitNet {_counts(run, 'bitnet')}, "
+        f"DQT {_counts(run, m)}",
         verdict,
         f"upper end of the interval ≤ {100 * TOL_COMPETITIVE:g}% of BitNet's loss "
         f"(= {tol:.4f}) (holds); the mean within it (partly)",
@@ -211,7 +205,7 @@ def _claim_states(run, cfg) -> Claim:
         rows = _rows(run, m)
         ok = bool(np.all(oc[rows] == "trained")) and gap["n"] >= 2 and gap["hi"] <= tol
         flags.append(ok)
-        parts.append(f"m,v {f.upper()}: {_ci(gap)}, {_counts(run, m)}")
+        parts.append(f"m,v {f.upper()}: {interval_text(gap)}, {_counts(run, m)}")
         pts.append((f"m,v {f.upper()} − FP32 states", gap["mean"], gap["lo"], gap["hi"]))
     return Claim(
         3, "Optimizer states in BF16/FP8 instead of FP32 cost little",
@@ -256,8 +250,8 @@ def _claim_ternary_inference(run, cfg) -> Claim:
         "the 8-bit DQT model keeps working when its weights are re-quantized to ternary",
         f"fraction of the {_BITS_LABEL[cfg.states_bits]} model's loss reduction kept when every "
         f"weight matrix is re-quantized to absmean ternary: {kept_txt}; loss gap to the "
-        f"{_BITS_LABEL[cfg.states_bits]} model {_ci(vs8)}"
-        + (f"; to DQT trained ternary {_ci(vst)}" if vst is not None else ""),
+        f"{_BITS_LABEL[cfg.states_bits]} model {interval_text(vs8)}"
+        + (f"; to DQT trained ternary {interval_text(vst)}" if vst is not None else ""),
         verdict,
         f"interval's lower end ≥ {MIN_KEPT:g} (holds); mean ≥ {MIN_KEPT_PARTLY:g} (partly)",
         [("kept fraction of the loss reduction", k["mean"], k["lo"], k["hi"])])

@@ -2,13 +2,14 @@
 
 Every claim that compares two methods pairs their runs by seed and judges the per-seed
 differences by a two-sided t-interval (:func:`t_interval`); :func:`sign_verdict` reads an
-ordering off such an interval.
+ordering off such an interval. :func:`interval_text` and :func:`counts_text` write an interval
+and a row of outcome counts the way the claims tables quote them.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LEVEL", "t_interval", "sign_verdict"]
+__all__ = ["LEVEL", "t_interval", "sign_verdict", "interval_text", "counts_text"]
 
 LEVEL = 0.95  # two-sided level of the t-intervals
 
@@ -64,7 +65,7 @@ def sign_verdict(ti: dict, expect: str) -> str:
         the other, else ``"not resolved"`` (an interval across 0, or none: NaN bounds).
 
     Example:
-        >>> sign_verdict(t_interval([-1.0, -2.0, -3.0]), "<")
+        >>> sign_verdict(t_interval([-1.0, -1.2, -0.8]), "<")
         'holds'
     """
     if expect not in ("<", ">"):
@@ -73,3 +74,28 @@ def sign_verdict(ti: dict, expect: str) -> str:
     if expect == ">":
         below, above = above, below
     return "holds" if below else "reversed" if above else "not resolved"
+
+
+def interval_text(ti: dict) -> str:
+    """A :func:`t_interval` as a claims table quotes it: ``mean [lo, hi] (n=N)``, or what is
+    missing below two values.
+
+    Example:
+        >>> interval_text(t_interval([1.0, 2.0, 3.0]))
+        '+2.0000 [-0.4841, +4.4841] (n=3)'
+        >>> interval_text(t_interval([1.0]))
+        'n=1 (no interval)'
+    """
+    if ti["n"] < 2:
+        return f"n={ti['n']} (no interval)"
+    return f"{ti['mean']:+.4f} [{ti['lo']:+.4f}, {ti['hi']:+.4f}] (n={ti['n']})"
+
+
+def counts_text(counts) -> str:
+    """Outcome counts as a claims table quotes them: the nonzero ones, in the mapping's order.
+
+    Example:
+        >>> counts_text({"trained": 3, "stalled": 0, "diverged": 1})
+        '3 trained, 1 diverged'
+    """
+    return ", ".join(f"{int(v)} {k}" for k, v in counts.items() if v)
