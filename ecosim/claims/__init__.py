@@ -11,14 +11,16 @@ decided here, by criteria fixed as module constants, so a verdict changes only w
 * :mod:`.lm`: Table 1 on the language model: outcomes, cells and the paper's orderings
   (:func:`lm_outcomes`, :func:`lm_cells`, :func:`lm_orderings`; figures ``lm_table``,
   ``lm_pareto``);
-* :mod:`.dqt`: DQT's four claims (figures ``dqt``, ``dqt_claims``);
+* :mod:`.lm_moe`: the ECO paper's Figure 3 (the MoE model) on the LM (figure ``lm_moe``);
+* :mod:`.dqt`: DQT's four claims on the MLP (figures ``dqt``, ``dqt_claims``);
+* :mod:`.dqt_lm`: DQT's claims (1) and (2) on the LM (figure ``dqt_lm``);
 * :mod:`.horizon`: precision against horizon (figure ``precision_horizon``);
 * :mod:`.sr_bits`: few-bit stochastic rounding (figure ``sr_bits``);
 * :mod:`.eco_adam`: outcome counts and the approximations' paired gaps (figure
   ``eco_adam_breakdown``; imported on demand: it reads the experiment's outcome names).
 
 The names below are those of the theory and LM verdicts; the others are reached through their
-module (``ecosim.claims.dqt.evaluate``).
+module (``ecosim.claims.dqt.evaluate``; ``lm_moe`` and ``dqt_lm`` are imported on demand).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DQT's claims (1) and (2) on the language model: the ``dqt_lm`` runs beside the MLP's rows.
+"""DQT's claims (1) and (2) on the language model, judged on the ``dqt_lm`` runs.
 
 The ``dqt_lm`` experiment (:mod:`ecosim.experiments.dqt_lm`) trains the ``lm`` experiment's
 protocol (preset ``micro``, 650 steps, 3 seeds paired by seed) with FP32 AdamW, BitNet b1.58,
@@ -7,7 +7,9 @@ FP32 as the baseline: diverged, stalled, trained); gaps are paired by seed over 
 both runs trained, with 95% Student-t intervals (:func:`ecosim.claims.stats.t_interval`). The
 criteria are those of the MLP rows (:mod:`ecosim.claims.dqt`): (1) holds when every seed of
 every DQT grid trained; (2) holds when the upper end of the interval of DQT INT8 minus BitNet
-lies within :data:`~ecosim.claims.dqt.TOL_COMPETITIVE` of BitNet's loss.
+lies within :data:`~ecosim.claims.dqt.TOL_COMPETITIVE` of BitNet's loss. On the LM that
+tolerance is most of BitNet's own gap to FP32, so (2) can hardly fail there; the row says so
+(:data:`WEAK_TOL_FRACTION`) and points to the paired interval DQT INT8 - BitNet instead.
 """
 from __future__ import annotations
 
@@ -17,26 +19,21 @@ import numpy as np
 
 from .dqt import TOL_COMPETITIVE, competitive_verdict
 from .lm import lm_cells, lm_orderings
+from .stats import counts_text, interval_text
 from .table import Claim, verdict_of
 
-__all__ = ["LM_BASE", "LM_GRIDS", "LM_LABELS", "lm_claims", "lm_gap_table_markdown",
-           "lm_summary", "lm_threshold"]
+__all__ = ["LM_BASE", "LM_GRIDS", "LM_LABELS", "WEAK_TOL_FRACTION", "lm_claims",
+           "lm_gap_table_markdown", "lm_summary", "lm_threshold"]
 
 LM_BASE = "fp32"  # the reference of every gap and of the stall test
+#: claim (2)'s row says its test is weak when the tolerance (a share of BitNet's loss) is at
+#: least this fraction of BitNet's paired gap to FP32: then nearly any DQT result "holds" and
+#: the paired interval DQT INT8 - BitNet, set against that gap, is the number to read
+WEAK_TOL_FRACTION = 0.5
 #: DQT's grids on the LM: method name -> grid label
 LM_GRIDS = {"dqt_ternary_sr": "ternary", "dqt8_sr": "INT8"}
 LM_LABELS = {"fp32": "AdamW FP32", "bitnet_b158": "BitNet b1.58 (FP32 master, STE)",
              "dqt8_sr": "DQT INT8 SR", "dqt_ternary_sr": "DQT ternary SR"}
-
-
-def _ci(d: dict) -> str:
-    if d["n"] < 2:
-        return f"n={d['n']} (no interval)"
-    return f"{d['mean']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}] (n={d['n']})"
-
-
-def _counts(cell: dict) -> str:
-    return ", ".join(f"{v} {k}" for k, v in cell["outcomes"].items() if v)
 
 
 def lm_summary(r) -> list[dict]:
@@ -62,13 +59,15 @@ def _claim_converges(r) -> Claim:
             continue
         c = cells[m]
         flags.append(c["outcomes"]["trained"] == c["n"])
-        parts.append(f"{grid}: {_counts(c)}; gap to FP32 {_ci(c['gap'])}")
+        parts.append(f"{grid}: {counts_text(c['outcomes'])}; "
+                     f"gap to FP32 {interval_text(c['gap'])}")
         pts.append((f"LM {grid}", c["gap"]["mean"], c["gap"]["lo"], c["gap"]["hi"]))
     if not flags:
         raise ValueError("the dqt_lm run has no DQT method (dqt8_sr, dqt_ternary_sr)")
     return Claim(
-        1, "… on the language model",
-        "(as above)",
+        1, "Training directly on ternary or n-bit weights with SR converges (micro LM)",
+        "DQT (no master copy, SR onto the previous step's grid) trains LLaMA-style models even "
+        "with ternary weights",
         "final validation loss (nats per byte) of DQT+SR minus FP32 AdamW on the micro LM, "
         f"paired by seed, mean [95% t-interval]: " + "; ".join(parts),
         verdict_of(flags, "holds"),
@@ -84,23 +83,32 @@ def _claim_bitnet(r) -> Claim:
             raise ValueError(f"the dqt_lm run has no method {m!r}")
     diff = lm_orderings(r, orderings=(("dqt8_sr", "~", "bitnet_b158", ""),),
                         base=LM_BASE)[0]["diff"]
-    bn = cells["bitnet_b158"]["loss"]["mean"]
+    bn_cell, dqt_cell = cells["bitnet_b158"], cells["dqt8_sr"]
+    bn = bn_cell["loss"]["mean"]
     tol = TOL_COMPETITIVE * bn if math.isfinite(bn) else math.nan
-    verdict = competitive_verdict(diff, tol)
     return Claim(
-        2, "… on the language model",
-        "(as above)",
-        f"DQT INT8 SR minus BitNet b1.58 on the micro LM: {_ci(diff)}; BitNet minus FP32: "
-        f"{_ci(cells['bitnet_b158']['gap'])}; BitNet {_counts(cells['bitnet_b158'])}, DQT "
-        f"{_counts(cells['dqt8_sr'])}",
-        verdict,
+        2, "INT8 DQT is competitive with BitNet b1.58 (micro LM)",
+        "8-bit DQT reaches BitNet b1.58's loss (first version: within 5%)",
+        f"DQT INT8 SR minus BitNet b1.58 on the micro LM: {interval_text(diff)}; BitNet minus "
+        f"FP32: {interval_text(bn_cell['gap'])}; BitNet {counts_text(bn_cell['outcomes'])}, "
+        f"DQT {counts_text(dqt_cell['outcomes'])}",
+        competitive_verdict(diff, tol),
         f"upper end of the interval ≤ {100 * TOL_COMPETITIVE:g}% of BitNet's loss "
-        f"(= {tol:.4f}) (holds); the mean within it (partly)",
+        f"(= {tol:.4f}) (holds); the mean within it (partly)" + _weakness(tol, bn_cell["gap"]),
         [("LM INT8 − BitNet", diff["mean"], diff["lo"], diff["hi"])])
 
 
+def _weakness(tol: float, gap: dict) -> str:
+    """The caveat set beside claim (2)'s verdict when its tolerance is no real test."""
+    g = gap["mean"]
+    if not (math.isfinite(tol) and math.isfinite(g) and g > 0 and tol >= WEAK_TOL_FRACTION * g):
+        return ""
+    return (f"; a weak test here: the tolerance is {100 * tol / g:.0f}% of BitNet's own gap to "
+            "FP32, so read the interval of DQT INT8 minus BitNet against that gap instead")
+
+
 def lm_claims(r) -> list[Claim]:
-    """Claims (1) and (2) judged on a ``dqt_lm`` run (rows to set beside the MLP's)."""
+    """Claims (1) and (2) judged on a ``dqt_lm`` run (the MLP rows' claims, on the LM)."""
     return [_claim_converges(r), _claim_bitnet(r)]
 
 
