@@ -9,12 +9,14 @@ from ecosim import cli
 from ecosim import experiments as E
 from ecosim.experiments.lm import (METHODS, method_parts, read_records, records_to_results,
                                    run_setting, unique_runs)
-from ecosim.figures.lm import lm_markdown, lm_pareto
+from ecosim.experiments.lm import OTHER_METHODS
+from ecosim.figures.lm import lm_markdown, lm_pareto, method_label, run_style
 
 
 def _record(preset, method, val, *, nonembed, diverged=False, seed=0, steps=20):
     w, scheme, _ = method_parts(method)
-    formula = {"master": 12.0 if w == "e4m3" else 10.0, "naive": 9.0, "eco": 9.0}[scheme]
+    formula = {"master": 12.0 if w == "e4m3" else 10.0, "naive": 9.0, "eco": 9.0, "fp": 12.0,
+               "dqt": 9.0 if w == "int8" else 8.25, "bitnet": 12.0}[scheme]
     curve = [[s, 5.0 - s / 10, (5.0 - s / 10) if s % 10 == 0 else None]
              for s in range(0, steps + 1, 5)]
     return {"preset": preset, "method": method, "seed": seed, "steps": steps, "tokens": 640 * steps,
@@ -74,6 +76,37 @@ def test_figures_from_a_results_file(lm_figures):
     # the cache follows the file's contents, not its name
     assert lm_figures(_records()[:7], only=("lm_table",)) == out
     assert "small" not in (out / "lm_table.md").read_text().split("The paper's")[0]
+
+
+def test_every_runner_method_has_a_style_and_a_label():
+    """Every name method_parts accepts (Table 1's with FP8 or INT4 weights, FP32, DQT, BitNet)
+    gets a style of its own (no two methods drawn alike) and a label of its own."""
+    names = ["fp32", *METHODS, *(m.replace("fp8_", "int4_") for m in METHODS
+                                 if m.startswith("fp8_")), *OTHER_METHODS]
+    looks = {m: tuple(sorted(run_style(m).items())) for m in names}
+    int4 = {m for m in names if m.startswith("int4_")}  # INT4 looks like FP8: one per figure
+    assert len(set(looks[m] for m in names if m not in int4)) == len(names) - len(int4)
+    assert all(looks[m] == looks[m.replace("int4_", "fp8_")] for m in int4)
+    labels = [method_label(m) for m in names]
+    assert len(set(labels)) == len(names)
+    assert method_label("dqt8_sr") == "DQT INT8 + SR"
+    assert method_label("int4_eco_sr") == "INT4 ECO + SR"
+
+
+def test_figures_with_dqt_and_bitnet_runs(lm_figures):
+    """A results file with DQT and BitNet runs beside Table 1's builds lm_table and lm_pareto
+    (the runner accepts them; the figures once had no style for them)."""
+    methods = ("fp32", "bf16_master", "fp8_eco_sr", "dqt8_sr", "dqt_ternary_sr", "bitnet_b158")
+    recs = [_record("tiny", m, 2.0 + 0.01 * k, nonembed=100_000, seed=s)
+            for k, m in enumerate(methods) for s in (0, 1)]
+    out = lm_figures(recs)
+    table = _table((out / "lm_table.md").read_text())
+    # bf16_master is 2.01 on both seeds: DQT INT8 (2.03) is 0.02 above it, sd 0
+    assert table["DQT INT8 + SR"] == ["2.0300 ± 0.0000 (+0.0200 [+0.0200, +0.0200]) n=2"]
+    assert table["BitNet b1.58"][0].startswith("2.0500 ± 0.0000 (+0.0400")
+    assert "DQT ternary + SR" in table
+    pts = (out / "lm_pareto.points.csv").read_text()
+    assert "dqt_ternary_sr,8.26,8.25,2.04," in pts and "bitnet_b158,12.01,12.0,2.05," in pts
 
 
 def test_figures_set_is_checked(tmp_path, capsys):

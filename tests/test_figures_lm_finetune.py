@@ -46,3 +46,21 @@ def test_markdown_gaps_outcomes_and_verdicts():
     assert [o[3] for o in FINETUNE_ORDERINGS][::2] == ["+0.37 points",
                                                        "INT4 naive + RTN diverged"]
     assert FINETUNE_ORDERINGS[3][3] == "INT4 naive + SR diverged"
+
+
+def test_base_table_pairs_each_seed_with_its_own_loss():
+    """Rows out of seed order (seed 2 first): the base table's seeds ascend and each keeps its
+    own pretrained loss (4.25 + 0.01 * seed), as does the markdown's Base row."""
+    import matplotlib.pyplot as plt
+
+    from ecosim.figures.lm_finetune import lm_finetune
+
+    r = _results()
+    order = np.argsort((r["seed"] + 1) % 3, kind="stable")  # seeds 2, 0, 1
+    shuffled = {k: v[order] for k, v in r.items()}
+    assert shuffled["seed"][0] == 2
+    fig, tables, md = lm_finetune(shuffled)
+    plt.close(fig)
+    assert tables["base"]["seed"].tolist() == [0, 1, 2]
+    assert tables["base"]["base_val_loss"].tolist() == [4.25, 4.26, 4.27]
+    assert md == finetune_markdown(r)

@@ -29,22 +29,35 @@ import math
 import numpy as np
 
 from .. import claims as _claims
+from .. import recipes
 from ..experiments.lm import METHODS, describe_setting, method_parts
 from . import style
 from .base import figure
 from .mlp_methods import PAPER_SIZES, PAPER_TABLE1, method_style
 
-__all__ = ["lm_table", "lm_pareto", "lm_markdown", "method_label"]
+__all__ = ["lm_table", "lm_pareto", "lm_markdown", "method_label", "run_style", "columns",
+           "method_order", "cell_text", "verdict_text", "aligned_curves"]
 
 _LABELS = dict(zip(METHODS, (row[0] for row in PAPER_TABLE1)))
+_OTHER_LABELS = {"fp32": "FP32 (no quantization)", "dqt8_sr": "DQT INT8 + SR",
+                 "dqt_ternary_sr": "DQT ternary + SR", "bitnet_b158": "BitNet b1.58"}
 
 
 def method_label(method: str) -> str:
-    """Table 1's label of a method name (``fp8_eco_sr -> "FP8 ECO + SR"``)."""
-    return _LABELS.get(method, "FP32 (no quantization)" if method == "fp32" else method)
+    """Table 1's label of a method name (``fp8_eco_sr -> "FP8 ECO + SR"``, ``int4_eco_sr ->
+    "INT4 ECO + SR"``), or DQT's and BitNet's (``dqt8_sr -> "DQT INT8 + SR"``); an unknown
+    name is its own label."""
+    if method in _LABELS or method in _OTHER_LABELS:
+        return _LABELS.get(method) or _OTHER_LABELS[method]
+    try:
+        return recipes.method_label(*method_parts(method))
+    except ValueError:
+        return method
 
 
-def _style(method: str) -> dict:
+def run_style(method: str) -> dict:
+    """Colour, line style and marker of a method name of the LM runner (every name
+    :func:`ecosim.experiments.lm.method_parts` accepts; FP32 is grey and dotted)."""
     w, scheme, mode = method_parts(method)
     if w == "fp32":
         return {"color": style.COLORS["grey"], "ls": ":", "marker": "."}
@@ -59,7 +72,7 @@ def _settings(r) -> np.ndarray:
     return r["setting"] if "setting" in r else np.full(len(r["preset"]), "{}")
 
 
-def _columns(r) -> tuple[list[dict], np.ndarray]:
+def columns(r) -> tuple[list[dict], np.ndarray]:
     """The comparable groups of runs: one per (preset, setting), ordered by size, then steps.
 
     Returns ``(columns, col)``: each column a dict (``preset``, ``setting``, ``label``,
@@ -99,7 +112,9 @@ def _columns(r) -> tuple[list[dict], np.ndarray]:
     return cols, col
 
 
-def _methods(r) -> list[str]:
+def method_order(r) -> list[str]:
+    """The methods present in results ``r``: FP32 and Table 1's in the paper's order, then any
+    other (DQT, BitNet, INT4 ...) by name."""
     present = {str(m) for m in r["method"]}
     order = [m for m in ("fp32", *METHODS) if m in present]
     return order + sorted(present - set(order))
@@ -132,7 +147,7 @@ def _failed_text(cell: dict) -> str:
     return ", ".join(f"{k} {oc[k]}" for k in ("diverged", "stalled") if oc[k])
 
 
-def _cell_text(cells: dict, c: int, m: str, base: str = BASE) -> str:
+def cell_text(cells: dict, c: int, m: str, base: str = BASE) -> str:
     """A table cell: mean ± sd over the seeds that trained, the paired gap to ``base`` with its
     95% interval in brackets, ``n``, and the runs that stalled or diverged (never averaged)."""
     cell = cells.get((c, m))
@@ -180,12 +195,12 @@ def _orderings_md(r, cols, col) -> list[str]:
             if o is None:
                 row.append("")
                 continue
-            row.append(_verdict_text(o))
+            row.append(verdict_text(o))
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
 
-def _verdict_text(o: dict) -> str:
+def verdict_text(o: dict) -> str:
     """A table cell of an ordering's verdict (:func:`ecosim.claims.lm_orderings`' dict):
     the verdict and how it was reached (the interval, or which side failed)."""
     v = _VERDICT[o["verdict"]]
@@ -213,13 +228,13 @@ def _protocol_text(r, cols, col) -> str:
 def lm_markdown(r) -> str:
     """Final validation loss per method and column (preset, or preset and setting) with each
     cell's number of seeds, then the paper's Table 1."""
-    cols, col = _columns(r)
-    methods = _methods(r)
+    cols, col = columns(r)
+    methods = method_order(r)
     cells = _cells(r, col)
     head = ["method"] + [c["label"] for c in cols]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in methods:
-        row = [_cell_text(cells, c, m) for c in range(len(cols))]
+        row = [cell_text(cells, c, m) for c in range(len(cols))]
         lines.append(f"| {method_label(m)} | " + " | ".join(row) + " |")
     lines += ["", f"Validation loss (nats per byte) at the end ({_protocol_text(r, cols, col)}): "
               "mean ± standard deviation over the n seeds that trained; in brackets the gap to "
@@ -268,8 +283,8 @@ in lm_table.md beside the paper's Table 1.
 @figure("lm_table", experiments=["lm"], caption=TABLE_CAPTION)
 def lm_table(lm):
     r = lm
-    cols, col = _columns(r)
-    methods = _methods(r)
+    cols, col = columns(r)
+    methods = method_order(r)
     fig = style.new_figure(11.0, 4.2)
     ax, bx = fig.subplots(1, 2)
     big = len(cols) - 1  # the largest preset (its longest setting) gets the curves
@@ -281,7 +296,7 @@ def lm_table(lm):
     where = {}  # (column, method) -> row of finals
     top = 0.0
     for m in methods:
-        st = _style(m)
+        st = run_style(m)
         lw = 1.9 if m.endswith("sr") or m.startswith("bf16") else 1.5
         for c, cc in enumerate(cols):
             cell = cells.get((c, m))
@@ -315,7 +330,7 @@ def lm_table(lm):
             curves["train_loss"].append(r["curve_train"][i][okt])
             curves["val_loss"].append(r["curve_val"][i][okt])
         if rows.size:  # mean over seeds of the training loss, validation points on top
-            step, train_all, val_all = _aligned_curves(r, rows)
+            step, train_all, val_all = aligned_curves(r, rows)
             ok = np.all(np.isfinite(train_all), axis=0)
             train = train_all.mean(axis=0)
             ax.plot(step[ok], train[ok], color=st["color"], ls=st["ls"], lw=lw * 0.8)
@@ -350,7 +365,7 @@ def _name(cc: dict) -> str:
     return repr(cc["preset"]) + (f" · {extra}" if extra else "")
 
 
-def _aligned_curves(r, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def aligned_curves(r, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The curves of these runs on the union of their logged steps (NaN where a run has no
     point, e.g. after it diverged): ``(step, train[rows, steps], val[rows, steps])``."""
     steps = np.unique(np.concatenate([r["curve_step"][i][np.isfinite(r["curve_step"][i])]
@@ -375,7 +390,7 @@ def _gap_bars(bx, r, cols, col, methods, finals, where) -> None:
     gaps = [g for g in finals["gap"] + finals["gap_hi"] if math.isfinite(g)]
     top = max([0.0] + gaps) * 1.15 + 0.005
     for j, m in enumerate(others):
-        st = _style(m)
+        st = run_style(m)
         labelled = False
         for k in range(len(cols)):
             i = where.get((k, m))
@@ -433,8 +448,8 @@ loss is the vertical distance.
 @figure("lm_pareto", experiments=["lm"], caption=PARETO_CAPTION)
 def lm_pareto(lm):
     r = lm
-    cols, col = _columns(r)
-    methods = _methods(r)
+    cols, col = columns(r)
+    methods = method_order(r)
     cells = _cells(r, col)
     fig = style.new_figure(3.6 * len(cols) + 0.6, 3.6)
     axes = np.atleast_1d(fig.subplots(1, len(cols)))
@@ -460,7 +475,7 @@ def lm_pareto(lm):
             table["stalled"].append(cell["outcomes"]["stalled"])
             if n_ok == 0:
                 gone.append(method_label(m))
-            st = _style(m)
+            st = run_style(m)
             if math.isfinite(mean):
                 ax.plot(b, mean, marker=st["marker"], color=st["color"], ls="none", ms=7,
                         mfc="none" if m.endswith("rtn") else st["color"],

@@ -81,17 +81,19 @@ def _methods(r) -> list[str]:
 
 
 def _base_row(r) -> dict:
-    """Table 2's "Base": the pretrained model on the fine-tuning corpus (one value per seed)
-    and its paired gap to :data:`BASE`'s fine-tuned loss."""
+    """Table 2's "Base": the pretrained model on the fine-tuning corpus, one value per seed
+    (``seed`` ascending and ``loss`` aligned with it, whatever the order of the rows), and its
+    paired gap to :data:`BASE`'s fine-tuned loss."""
     seeds = np.asarray(r["seed"]).astype(np.int64)
     method = np.asarray(r["method"]).astype(str)
-    base = {int(s): float(v) for s, v, m in zip(seeds, r["base_val_loss"], method)}
+    base = dict(sorted({int(s): float(v) for s, v in zip(seeds, r["base_val_loss"])}.items()))
     cells = _claims.lm_cells(r, None, BASE)
     ok = {int(s): float(v) for s, v, m, d in zip(seeds, r["val_loss"], method, r["diverged"])
           if m == BASE and not d and math.isfinite(float(v))}
     paired = [base[s] - ok[s] for s in sorted(ok) if s in base]
-    return {"loss": np.array(list(base.values())), "gap": _claims.t_interval(paired),
-            "cells": cells}
+    return {"seed": np.array(list(base), dtype=np.int64),
+            "loss": np.array(list(base.values()), dtype=np.float64),
+            "gap": _claims.t_interval(paired), "cells": cells}
 
 
 def finetune_markdown(r) -> str:
@@ -167,8 +169,9 @@ def finetune_markdown(r) -> str:
 
 CAPTION = """
 Table 2 of the ECO paper in miniature: INT4 weight-only fine-tuning (one absmax scale per tensor)
-of a BF16-pretrained byte-level decoder. Each seed pretrains preset micro with BF16 weights and
-a master copy (the lm experiment's 650-step run on the standard library's sources), then
+of a BF16-pretrained byte-level decoder. Each seed pretrains the lm experiment's preset with
+BF16 weights and a master copy (its run on the standard library's sources; preset, steps and
+seeds: panel (a)'s title and lm_finetune.md), then
 fine-tunes it on the library's .txt files (a distribution shift) under master, naive and ECO
 weights with RTN or SR, with the paper's fine-tuning recipe (weight decay 0, learning rate
 annealed to zero). (a) Validation loss on the fine-tuning corpus during fine-tuning (mean over
@@ -244,7 +247,9 @@ def lm_finetune(lm_finetune):
     ax.set_xlabel("fine-tuning step")
     ax.set_ylabel("val. loss, fine-tuning corpus")
     ax.legend(fontsize=6.5, loc="upper right")
-    style.panel_title(ax, "a", "fine-tuning the BF16 checkpoint")
+    nseeds, n_steps = len(b["seed"]), int(np.max(r["steps"]))
+    style.panel_title(ax, "a", f"fine-tuning the BF16 checkpoint ('{r['preset'][0]}')\n"
+                      f"{n_steps} steps, mean of {nseeds} seed{'s' * (nseeds > 1)}")
     for x_ in (bx, cx):
         x_.axhline(0, color=style.COLORS["black"], lw=0.8)
         x_.set_xticks(range(len(others)), [_label(m).replace("INT4 ", "").replace(" + ", "\n")
@@ -254,6 +259,5 @@ def lm_finetune(lm_finetune):
     cx.set_ylabel(f"mean acc. − {_label(BASE)} (points)")
     style.panel_title(cx, "c", "paper: accuracy gap (higher: better)")
     tables = {"methods": {k: np.array(v) for k, v in table.items()},
-              "base": {"seed": np.array(sorted({int(s) for s in r["seed"]})),
-                       "base_val_loss": np.array(b["loss"], dtype=np.float64)}}
+              "base": {"seed": b["seed"], "base_val_loss": b["loss"]}}
     return fig, tables, finetune_markdown(r)

@@ -29,11 +29,11 @@ BASE = _verdicts.MOE_BASE
 def lm_moe_markdown(r, cols, col, cells) -> str:
     """Our table (loss, paired gap to FP8 master + SR with its interval, outcomes), the
     paper's observations judged on the runs, and the paper's Figure 3."""
-    methods = _lm._methods(r)
+    methods = _lm.method_order(r)
     head = ["method"] + [c["label"] for c in cols] + ["paper SMoE (gap)", "paper Gemma (gap)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in methods:
-        row = [_lm._cell_text(cells, c, m, BASE) for c in range(len(cols))]
+        row = [_lm.cell_text(cells, c, m, BASE) for c in range(len(cols))]
         for model in ("SMoE", "Gemma"):
             v, g = _verdicts.paper_loss(model, m), _verdicts.paper_gap(model, m)
             row.append("" if not math.isfinite(v) else
@@ -72,7 +72,7 @@ def lm_moe_markdown(r, cols, col, cells) -> str:
                 if o is None:
                     row.append("")
                     continue
-                row.append(_lm._verdict_text(o))
+                row.append(_lm.verdict_text(o))
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -81,9 +81,9 @@ CAPTION = """
 The ECO paper's Figure 3 in miniature: a sparse mixture-of-experts decoder (preset micro_moe:
 d_model 32, 2 blocks, each with 4 SwiGLU experts of width 64 and a top-2 router, load-balancing
 loss 0.01) in which, as in the paper, only the expert linear layers hold FP8 E4M3 weights
-(row-wise scales); router, attention, embedding and head stay FP32 under AdamW. 170 steps of
-64 x 64 bytes of the Python standard library's sources: 21 training tokens per active
-non-embedding parameter, 3 seeds paired by seed. (a) Validation loss, mean over the seeds.
+(row-wise scales); router, attention, embedding and head stay FP32 under AdamW, trained on the
+Python standard library's sources, seeds paired by seed (steps, tokens per active parameter
+and seeds: panel (a)'s title and lm_moe.md). (a) Validation loss, mean over the seeds.
 (b) Final validation loss minus FP8 master + SR's, per seed (bars: mean; whiskers: 95%
 t-interval; hatched: RTN); black diamonds: the paper's gaps (SMoE 2.1B on LM1B, read from its
 bar chart; its naive bars, whose rounding is not stated, are in lm_moe.md). Runs that stalled
@@ -94,9 +94,9 @@ or diverged are marked at the top and not averaged.
 @figure("lm_moe", experiments=["lm_moe"], caption=CAPTION)
 def lm_moe(lm_moe):
     r = lm_moe
-    cols, col = _lm._columns(r)
+    cols, col = _lm.columns(r)
     cells = _verdicts.moe_cells(r, col)
-    methods = _lm._methods(r)
+    methods = _lm.method_order(r)
     fig = style.new_figure(10.0, 3.9)
     ax, bx = fig.subplots(1, 2)
     big = len(cols) - 1
@@ -107,7 +107,7 @@ def lm_moe(lm_moe):
     width = 0.8 / max(len(others), 1)
     tops = [0.0]
     for m in methods:
-        st = _lm._style(m)
+        st = _lm.run_style(m)
         for c, cc in enumerate(cols):
             cell = cells.get((c, m))
             if cell is None:
@@ -148,7 +148,7 @@ def lm_moe(lm_moe):
                         label="paper (SMoE 2.1B)" if c == 0 and m == "fp8_eco_sr" else None)
         rows = np.flatnonzero((col == big) & (r["method"] == m))
         if rows.size:
-            step, _, val = _lm._aligned_curves(r, rows)
+            step, _, val = _lm.aligned_curves(r, rows)
             ok = np.all(np.isfinite(val), axis=0)
             ax.plot(step[ok], val[:, ok].mean(axis=0), color=st["color"], ls=st["ls"],
                     marker=st["marker"], ms=3.5, lw=1.5, label=_lm.method_label(m))
@@ -159,7 +159,7 @@ def lm_moe(lm_moe):
             if cell is not None and cell["outcomes"]["trained"] == 0:
                 x = c + (others.index(m) - (len(others) - 1) / 2) * width
                 stalled = cell["outcomes"]["stalled"] >= cell["outcomes"]["diverged"]
-                bx.plot(x, top, marker="v" if stalled else "x", color=_lm._style(m)["color"],
+                bx.plot(x, top, marker="v" if stalled else "x", color=_lm.run_style(m)["color"],
                         ms=8, mew=2, label=f"{_lm.method_label(m)} "
                         f"({'stalled' if stalled else 'diverged'})")
     bx.axhline(0, color=style.COLORS["black"], lw=0.8)
@@ -173,7 +173,12 @@ def lm_moe(lm_moe):
     if fin:
         ax.set_ylim(min(fin) * 0.97, max(fin) * 1.35)
     ax.legend(fontsize=7, loc="upper right")
-    style.panel_title(ax, "a", f"'{cols[big]['preset']}': validation loss, mean of seeds")
+    nseeds = len({int(x) for x in r["seed"][col == big]})
+    tokens = int(np.max(r["tokens"][col == big]))
+    per = tokens / int(r["n_active"][np.flatnonzero(col == big)[0]])
+    style.panel_title(ax, "a", f"'{cols[big]['preset']}': validation loss, mean of {nseeds} "
+                      f"seed{'s' * (nseeds > 1)}\n{cols[big]['steps']} steps, {per:.3g} "
+                      "tokens per active parameter")
     fig3 = _verdicts.PAPER_FIG3
     paper = {"model": np.array([p[0] for p in fig3]), "method": np.array([p[1] for p in fig3]),
              "val_loss": np.array([p[2] for p in fig3])}

@@ -26,13 +26,20 @@ __all__ = ["mlp_curves", "mlp_table", "mlp_table_markdown", "PAPER_TABLE1", "PAP
 #: The rows are :data:`ecosim.recipes.TABLE1`'s, with their FP8 labels.
 PAPER_TABLE1 = tuple((m.label("fp8"), m.paper) for m in recipes.TABLE1)
 
-_MARKERS = {"bf16": "D", "master": "o", "naive": "s", "eco": "^"}
+_MARKERS = {"bf16": "D", "master": "o", "naive": "s", "eco": "^", "dqt": "v", "bitnet": "X"}
 
 
 def method_style(weights: str, scheme: str, mode: str) -> dict:
-    """Colour, line style and marker of a method (one look across figures 7-10)."""
+    """Colour, line style and marker of a method (one look across figures 7-10 and the LM's):
+    colour and marker by scheme, line by rounding; DQT ternary: dash-dot, left triangle.
+    ValueError for a scheme or mode without a style."""
     if weights == "bf16" or scheme == "fp":
         return {"color": style.COLORS["black"], "ls": "-", "marker": _MARKERS["bf16"]}
+    if scheme not in _MARKERS or mode not in style.MODE_LINESTYLES:
+        raise ValueError(f"expected a scheme in {sorted(_MARKERS)} and a mode in "
+                         f"{sorted(style.MODE_LINESTYLES)}, got {scheme!r}, {mode!r}")
+    if scheme == "dqt" and weights == "ternary":
+        return {"color": style.METHOD_COLORS[scheme], "ls": "-.", "marker": "<"}
     return {"color": style.METHOD_COLORS[scheme], "ls": style.MODE_LINESTYLES[mode],
             "marker": _MARKERS[scheme]}
 

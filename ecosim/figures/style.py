@@ -38,6 +38,8 @@ METHOD_COLORS = {
     "eco": COLORS["green"],
     "eco_exact": COLORS["sky"],
     "kahan": COLORS["purple"],
+    "dqt": COLORS["orange"],  # DQT's stored-code training (the language-model figures)
+    "bitnet": COLORS["purple"],  # BitNet b1.58 (FP32 master, ternary forward)
 }
 MODE_LINESTYLES = {"sr": "-", "rtn": "--"}
 ROUNDING_COLORS = {"rtn": COLORS["orange"], "sr": COLORS["blue"]}
