@@ -27,7 +27,7 @@ if settings is not None:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# -- torch backend: a corpus slice and torchrun (used by tests/test_torch_{lm,ddp,fsdp}.py) ------
+# -- torch backend: one thread, a corpus slice, torchrun (tests/test_torch_*.py) ----------------
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory):
@@ -43,6 +43,19 @@ def corpus(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus") / "text.py"
     path.write_bytes(bytes(out))
     return str(path)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """torch on one CPU thread during the test, the previous count restored after (the torch
+    test modules use it as ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``: the
+    same kernels, hence the same sums, whatever the machine's core count)."""
+    import torch  # only where a test asks for it
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 import ecosim  # noqa: E402
 from ecosim.optim import dqt  # noqa: E402
@@ -19,14 +20,6 @@ from ecosim.torch.dqt import DQTAdamW, dqt_quantizers, previous_scales  # noqa: 
 from test_torch_optim import KEY, _feed, _problem  # noqa: E402  (the parity tests' helpers)
 
 HYPER = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _check(to, tp, w, s):

@@ -7,10 +7,10 @@ CPU, one thread, the ``tiny`` preset at smoke size.
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 from ecosim.torch import lm  # noqa: E402
 from ecosim.torch.dqt import dqt_quantizers  # noqa: E402
-from test_torch_dqt import _one_thread  # noqa: E402,F401  (autouse: one CPU thread)
 
 
 def test_lm_methods_are_registered():

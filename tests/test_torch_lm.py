@@ -12,6 +12,7 @@ import math
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 from ecosim.torch import data as lmdata  # noqa: E402
 from ecosim.torch import lm  # noqa: E402
@@ -23,14 +24,6 @@ from lm_checks import assert_same_checkpoint  # noqa: E402
 
 PAPER = {"30m": 30e6, "50m": 50e6, "100m": 100e6, "200m": 200e6, "430m": 430e6, "800m": 800e6}
 STEPS = 40
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _cfg(corpus, **kw):
