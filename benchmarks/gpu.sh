@@ -8,9 +8,10 @@
 #   2. quantize (~40 s):   benchmarks/torch_quantize.py, 2^24 values, throughput and identity;
 #   3. lm bench 30m (~60 s) and 200m (~120 s, SR only): benchmarks/torch_lm.py, ECO vs master
 #      optimizer step time, bytes per parameter held, peak minus activations, tokens/s;
-#   4. lm_protocol (~2 min): benchmarks/lm_protocol.py, the lm figures' protocol (preset micro,
-#      every method x 3 seeds, 650 steps each, the same settings as `make figures`) on CUDA,
-#      12 runs at a time, into lm_protocol.jsonl with torch.cuda.max_memory_allocated per run;
+#   4. lm_protocol (~2 min, estimated: never measured): benchmarks/lm_protocol.py, the lm
+#      figures' protocol (preset micro, every method x 3 seeds, 650 steps each, the same
+#      settings as `make figures`) on CUDA, 12 runs at a time, into lm_protocol.jsonl with
+#      torch.cuda.max_memory_allocated per run;
 #      then, if matplotlib is importable, the lm_table/lm_pareto figures from that file.
 # Estimated total on one H200: about 6 minutes (not yet measured: nothing here has run on a GPU).
 # Each section runs under its own `timeout` (defaults below; with the figures they sum to
