@@ -13,6 +13,12 @@ chooses from :data:`WEIGHT_FORMATS`: ``fp8`` (FP8 E4M3 with one absmax scale per
 the paper's pre-training format) or ``int4`` (INT4 with one absmax scale per tensor, its
 fine-tuning format).
 
+The language-model runner's methods (``python -m ecosim.torch.lm``) are :data:`LM_METHODS`,
+one :class:`LMMethod` per name: FP32, Table 1's rows with FP8 weights, DQT (INT8 and
+ternary), BitNet b1.58, and Table 1's quantized rows with INT4 weights. The torch runner
+builds its methods from it; the LM experiments and figures read names, parts and labels from
+it. Adding a method is one entry there.
+
 The fine-tuning recipe of the paper's Table 2 (DeepSeek-MoE-16B-Base fine-tuned with INT4
 weight-only quantization, one absmax scale per tensor): the same AdamW, weight decay
 :data:`FINETUNE_WEIGHT_DECAY` = 0 and the learning rate annealed to zero
@@ -28,6 +34,8 @@ Example:
     (1e-05, 0.001, 0.0001)
     >>> TABLE1[-1].run_name("int4"), parse_run_name("int4_eco_sr")[0]
     ('int4_eco_sr', 'int4')
+    >>> lm_method("dqt8_sr").parts, lm_method("int4_eco_sr").granularity
+    (('int8', 'dqt', 'sr'), 'tensor')
 """
 from __future__ import annotations
 
@@ -38,7 +46,8 @@ from .quantizer import Quantizer
 
 __all__ = ["Method", "TABLE1", "PAPER_SIZES", "WEIGHT_FORMATS", "BETAS", "EPS",
            "WEIGHT_DECAY", "CLIP", "WARMUP_FRAC", "INIT_FRAC", "FINAL_FRAC", "schedule",
-           "method_label", "weight_quantizer", "by_name", "parse_run_name",
+           "method_label", "weight_quantizer", "by_name", "parse_run_name", "LMMethod",
+           "LM_METHODS", "lm_method", "lm_methods",
            "FINETUNE_WEIGHT_DECAY", "FINETUNE_FINAL_FRAC", "TABLE2_BENCHMARKS", "TABLE2"]
 
 #: the model sizes of Table 1's columns (Llama-style models trained on C4)
@@ -154,6 +163,83 @@ def weight_quantizer(weights: str, mode: str) -> Quantizer:
         return Quantizer("bfloat16", "rtn", scale=1.0)
     fmt, granularity = WEIGHT_FORMATS[weights]
     return Quantizer(fmt, mode, granularity=granularity)
+
+
+@dataclasses.dataclass(frozen=True)
+class LMMethod:
+    """A method of the language-model runner (:mod:`ecosim.torch.lm`): what its block-internal
+    linear layers store and how they are updated.
+
+    Attributes:
+        name: the runner's name (``"fp8_eco_sr"``).
+        label: the figures' label (``"FP8 ECO + SR"``).
+        weights: the format's short name in figures and tables (``"fp32"``, ``"bf16"``,
+            ``"e4m3"``, ``"int4"``, ``"int8"``, ``"ternary"``).
+        fmt: the stored format of the torch quantizer (``"float8_e4m3fn"``, ``"bfloat16"``,
+            ``"int4"``, ``"int8"``, ``"ternary"``); None: FP32, unquantized.
+        scheme: the update scheme of the stored weights (``"master"``, ``"naive"``,
+            ``"eco"``; DQT's is ``"naive"``: no master copy); None: plain AdamW on FP32
+            parameters (FP32, BitNet's master weights).
+        mode: the rounding of the stored weights (``"rtn"``, ``"sr"``; None: FP32).
+        granularity: the absmax scales of a scaled format (``"row"``: one per output row;
+            ``"tensor"``: one per tensor, which FSDP cannot shard).
+        kind: ``"table1"`` (ECOAdamW), ``"dqt"`` (DQTAdamW) or ``"bitnet"`` (BitLinear).
+    """
+
+    name: str
+    label: str
+    weights: str
+    fmt: str | None
+    scheme: str | None
+    mode: str | None
+    granularity: str = "row"
+    kind: str = "table1"
+
+    @property
+    def parts(self) -> tuple[str, str, str]:
+        """``(weights, scheme, mode)`` as the figures' styles take them: the scheme is
+        ``"fp"`` for FP32 and the kind for DQT and BitNet; FP32's mode is ``"rtn"``."""
+        scheme = self.kind if self.kind != "table1" else (self.scheme or "fp")
+        return self.weights, scheme, self.mode or "rtn"
+
+
+def _table1_lm(row: Method, fmt: str) -> LMMethod:
+    """Table 1's ``row`` with ``W`` = ``fmt`` (a key of :data:`WEIGHT_FORMATS`)."""
+    weights, scheme, mode = row.parts(fmt)
+    if weights == "bf16":
+        return LMMethod(row.run_name(fmt), row.label(fmt), "bf16", "bfloat16", scheme, mode)
+    stored, granularity = WEIGHT_FORMATS[fmt]
+    return LMMethod(row.run_name(fmt), row.label(fmt), "e4m3" if fmt == "fp8" else fmt, stored,
+                    scheme, mode, granularity)
+
+
+#: every method of the language-model runner by name, in the runner's order: FP32, Table 1's
+#: rows with FP8 weights, DQT, BitNet b1.58, then Table 1's quantized rows with INT4 weights
+LM_METHODS: dict[str, LMMethod] = {m.name: m for m in (
+    LMMethod("fp32", "FP32 (no quantization)", "fp32", None, None, None),
+    *(_table1_lm(row, "fp8") for row in TABLE1),
+    LMMethod("dqt8_sr", "DQT INT8 + SR", "int8", "int8", "naive", "sr", kind="dqt"),
+    LMMethod("dqt_ternary_sr", "DQT ternary + SR", "ternary", "ternary", "naive", "sr",
+             kind="dqt"),
+    LMMethod("bitnet_b158", "BitNet b1.58", "ternary", "ternary", None, "rtn", kind="bitnet"),
+    *(_table1_lm(row, "int4") for row in TABLE1 if row.weights == "W"),
+)}
+
+
+def lm_method(name: str) -> LMMethod:
+    """The method of a name of :data:`LM_METHODS` (ValueError listing every name else)."""
+    try:
+        return LM_METHODS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown method {name!r}; expected one of {list(LM_METHODS)}") \
+            from None
+
+
+def lm_methods(weights: str | None = None, kind: str | None = None) -> tuple[str, ...]:
+    """The names of :data:`LM_METHODS` (in order) with these ``weights`` and ``kind`` (None:
+    any), e.g. ``lm_methods("int4")`` the six INT4 rows."""
+    return tuple(n for n, m in LM_METHODS.items()
+                 if weights in (None, m.weights) and kind in (None, m.kind))
 
 
 #: the zero-shot benchmarks of the paper's Table 2 (accuracy, %)

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from ecosim import cli
+from ecosim import cli, recipes
 from ecosim import experiments as E
 from ecosim.experiments.lm import (METHODS, method_parts, read_records, records_to_results,
                                    run_setting, unique_runs)
@@ -81,8 +81,9 @@ def test_figures_from_a_results_file(lm_figures):
 def test_every_runner_method_has_a_style_and_a_label():
     """Every name method_parts accepts (Table 1's with FP8 or INT4 weights, FP32, DQT, BitNet)
     gets a style of its own (no two methods drawn alike) and a label of its own."""
-    names = ["fp32", *METHODS, *(m.replace("fp8_", "int4_") for m in METHODS
-                                 if m.startswith("fp8_")), *OTHER_METHODS]
+    names = list(recipes.LM_METHODS)
+    assert set(names) == {"fp32", *METHODS, *(m.replace("fp8_", "int4_") for m in METHODS
+                                              if m.startswith("fp8_")), *OTHER_METHODS}
     looks = {m: tuple(sorted(run_style(m).items())) for m in names}
     int4 = {m for m in names if m.startswith("int4_")}  # INT4 looks like FP8: one per figure
     assert len(set(looks[m] for m in names if m not in int4)) == len(names) - len(int4)

@@ -64,3 +64,29 @@ def test_base_table_pairs_each_seed_with_its_own_loss():
     assert tables["base"]["seed"].tolist() == [0, 1, 2]
     assert tables["base"]["base_val_loss"].tolist() == [4.25, 4.26, 4.27]
     assert md == finetune_markdown(r)
+
+
+def test_units_combine_pads_a_diverged_units_shorter_curves():
+    """Seed 1's runs diverged early (2 curve points, seed 0's 3): the combined rows are padded
+    with NaN, as the lm experiment's are, where concatenating them raised."""
+    from ecosim import experiments as E
+
+    def unit(width, seed):
+        return {"seed": np.array([seed]), "base_val_loss": np.array([4.0]),
+                "curve_step": np.arange(width, dtype=float)[None],
+                "curve_val": np.full((1, width), 3.0)}
+    exp = E.get("lm_finetune")
+    out = exp.combine(None, [{"seed": 0}, {"seed": 1}], [unit(3, 0), unit(2, 1)])
+    assert out["curve_step"].shape == (2, 3) and np.isnan(out["curve_val"][1, 2])
+    assert out["curve_step"][1, :2].tolist() == [0.0, 1.0]
+    assert out["seed"].tolist() == [0, 1] and out["base_val_loss"].shape == (2,)
+
+
+def test_lr_and_warmup_are_settable_and_in_the_cache_key():
+    from ecosim import experiments as E
+
+    exp = E.get("lm_finetune")
+    cfg = exp.config()
+    changed = cfg.override(["lr=0.001", "warmup=0.2"])
+    assert (changed.lr, changed.warmup) == (0.001, 0.2)
+    assert exp.digest(changed) != exp.digest(cfg)

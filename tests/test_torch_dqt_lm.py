@@ -23,6 +23,16 @@ def test_lm_methods_are_registered():
         lm.LMConfig(method="dqt8_sr", fsdp=True, storage="param")
 
 
+@pytest.mark.parametrize("method", ["int4_eco_sr", "int4_master_rtn", "bitnet_b158"])
+def test_fsdp_refuses_methods_without_row_wise_scales(method):
+    """INT4's one scale per tensor (like DQT's) cannot be computed from a shard of rows: the
+    config refuses it in one line, before torchrun starts anything; row-wise methods pass."""
+    with pytest.raises(ValueError, match=f"^fsdp is for Table 1's methods .*{method!r}[^\n]*$"):
+        lm.LMConfig(method=method, fsdp=True, storage="param")
+    for ok in ("fp32", "bf16_master", "fp8_eco_sr"):
+        lm.fsdp_check(ok)
+
+
 def test_dqt_lm_resume_is_bit_exact(corpus, tmp_path):
     """A DQT ternary run stopped at step 3 and resumed equals the uninterrupted run: curve,
     losses, the stored codes and scales and the optimizer states (smoke size)."""

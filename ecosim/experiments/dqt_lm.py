@@ -27,7 +27,7 @@ import dataclasses
 from typing import ClassVar
 
 from .base import ConfigError, experiment
-from .lm import OTHER_METHODS, LMTableConfig, _combine, _units
+from .lm import OTHER_METHODS, LMTableConfig, combine_runs, run_units
 from .lm import lm as _lm_unit
 
 __all__ = ["DQTLMConfig", "DQT_LM_METHODS"]
@@ -55,7 +55,7 @@ class DQTLMConfig(LMTableConfig):
                               f"got {other}")
 
 
-@experiment("dqt_lm", DQTLMConfig, version="1", units=_units, combine=_combine,
+@experiment("dqt_lm", DQTLMConfig, version="1", units=run_units, combine=combine_runs,
             requires=("torch",))
 def dqt_lm(cfg: DQTLMConfig, unit: dict) -> dict:
     """DQT and BitNet b1.58 on the LM under Table 1's protocol (torch backend)."""

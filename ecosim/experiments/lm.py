@@ -55,30 +55,21 @@ from .base import Config, ConfigError, at_least, distinct, experiment
 
 __all__ = ["LMTableConfig", "METHODS", "OTHER_METHODS", "method_parts", "records_to_results",
            "read_records", "run_setting", "describe_setting", "unique_runs",
-           "train_record"]
+           "train_record", "run_units", "combine_runs"]
 
 #: Table 1's seven methods, in the paper's order (names of ``python -m ecosim.torch.lm``).
 METHODS = tuple(m.name for m in recipes.TABLE1)
 
 
 #: the runner's methods beyond Table 1 (DQT and BitNet b1.58): ``(weights, scheme, mode)``
-OTHER_METHODS = {"dqt8_sr": ("int8", "dqt", "sr"), "dqt_ternary_sr": ("ternary", "dqt", "sr"),
-                 "bitnet_b158": ("ternary", "bitnet", "rtn")}
+OTHER_METHODS = {n: m.parts for n, m in recipes.LM_METHODS.items() if m.kind != "table1"}
 
 
 def method_parts(method: str) -> tuple[str, str, str]:
-    """``(weights, scheme, mode)`` of a method name, e.g. ``fp8_eco_sr -> (e4m3, eco, sr)``,
-    ``dqt8_sr -> (int8, dqt, sr)``."""
-    if method == "fp32":
-        return "fp32", "fp", "rtn"
-    if method in OTHER_METHODS:
-        return OTHER_METHODS[method]
-    try:
-        weights, row = recipes.parse_run_name(method)  # fp8_... (Table 1) or int4_...
-        return row.parts("e4m3" if weights == "fp8" else weights)
-    except ValueError:
-        raise ValueError(f"unknown method {method!r}; expected one of {METHODS} or 'fp32'") \
-            from None
+    """``(weights, scheme, mode)`` of a method name of :data:`ecosim.recipes.LM_METHODS`, e.g.
+    ``fp8_eco_sr -> (e4m3, eco, sr)``, ``dqt8_sr -> (int8, dqt, sr)``; ValueError (listing
+    every accepted name) for any other."""
+    return recipes.lm_method(method).parts
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -140,7 +131,9 @@ class LMTableConfig(Config):
                               f"got {self.seeds}")
 
 
-def _units(cfg: LMTableConfig) -> list[dict]:
+def run_units(cfg: LMTableConfig) -> list[dict]:
+    """The units of an LM table experiment: one per (preset, seed, method), or the results
+    file's SHA-256 when ``results_file`` is set."""
     if cfg.results_file:
         path = Path(cfg.results_file)
         return [{"file_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}]
@@ -314,7 +307,9 @@ def records_to_results(records: list[dict]) -> dict[str, np.ndarray]:
     return out
 
 
-def _combine(cfg: LMTableConfig, units: list[dict], results: list) -> dict:
+def combine_runs(cfg, units: list[dict], results: list) -> dict:
+    """The units' result columns one after the other; curve columns (2-D) padded with NaN to
+    the longest (a run that diverged early has fewer curve points)."""
     width = max(r["curve_step"].shape[1] for r in results)  # curves: pad rows with NaN
 
     def pad(a):
@@ -324,7 +319,7 @@ def _combine(cfg: LMTableConfig, units: list[dict], results: list) -> dict:
     return {k: np.concatenate([pad(r[k]) for r in results]) for k in results[0]}
 
 
-@experiment("lm", LMTableConfig, version="2", units=_units, combine=_combine,
+@experiment("lm", LMTableConfig, version="2", units=run_units, combine=combine_runs,
             requires=("torch",))
 def lm(cfg: LMTableConfig, unit: dict) -> dict:
     """Table 1 on a Llama-style decoder: FP8 weights without master copies (torch backend)."""

@@ -38,16 +38,15 @@ import numpy as np
 
 from .. import recipes
 from .base import Config, ConfigError, at_least, distinct, experiment
-from .lm import METHODS as _TABLE1_METHODS
-from .lm import method_parts, records_to_results, train_record
+from .lm import combine_runs, method_parts, records_to_results, train_record
 
 __all__ = ["LMFinetuneConfig", "FINETUNE_METHODS", "BASE"]
 
 #: Table 1's quantized rows with INT4 weights (``int4_master_rtn`` ... ``int4_eco_sr``)
-FINETUNE_METHODS = tuple(recipes.TABLE1[i].run_name("int4") for i in range(1, 7))
+FINETUNE_METHODS = recipes.lm_methods("int4")
 #: the paired gaps are to INT4 with master weights and RTN (Table 2's first fine-tuned row)
 BASE = "int4_master_rtn"
-_PRETRAIN = _TABLE1_METHODS[0]  # bf16_master
+_PRETRAIN = recipes.TABLE1[0].name  # bf16_master
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -115,12 +114,7 @@ def _units(cfg: LMFinetuneConfig) -> list[dict]:
     return [{"seed": s} for s in range(cfg.seeds)]
 
 
-def _combine(cfg: LMFinetuneConfig, units: list[dict], results: list) -> dict:
-    """The units' rows one after the other (every run has the same number of curve points)."""
-    return {k: np.concatenate([r[k] for r in results]) for k in results[0]}
-
-
-@experiment("lm_finetune", LMFinetuneConfig, version="1", units=_units, combine=_combine,
+@experiment("lm_finetune", LMFinetuneConfig, version="1", units=_units, combine=combine_runs,
             requires=("torch",))
 def lm_finetune(cfg: LMFinetuneConfig, unit: dict) -> dict:
     """Table 2 in miniature: pretrain with BF16 + master, fine-tune with INT4 weights."""

@@ -60,7 +60,7 @@ class LMMoEConfig(_lm.LMTableConfig):
                              "eval_batches": 1}
 
 
-@experiment("lm_moe", LMMoEConfig, version="1", units=_lm._units, combine=_lm._combine,
+@experiment("lm_moe", LMMoEConfig, version="1", units=_lm.run_units, combine=_lm.combine_runs,
             requires=("torch",))
 def lm_moe(cfg: LMMoEConfig, unit: dict) -> dict:
     """Figure 3 in miniature: a sparse MoE LM with FP8 expert weights (torch backend)."""

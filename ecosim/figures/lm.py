@@ -38,21 +38,12 @@ from .mlp_methods import PAPER_SIZES, PAPER_TABLE1, method_style
 __all__ = ["lm_table", "lm_pareto", "lm_markdown", "method_label", "run_style", "columns",
            "method_order", "cell_text", "verdict_text", "aligned_curves"]
 
-_LABELS = dict(zip(METHODS, (row[0] for row in PAPER_TABLE1)))
-_OTHER_LABELS = {"fp32": "FP32 (no quantization)", "dqt8_sr": "DQT INT8 + SR",
-                 "dqt_ternary_sr": "DQT ternary + SR", "bitnet_b158": "BitNet b1.58"}
-
-
 def method_label(method: str) -> str:
-    """Table 1's label of a method name (``fp8_eco_sr -> "FP8 ECO + SR"``, ``int4_eco_sr ->
-    "INT4 ECO + SR"``), or DQT's and BitNet's (``dqt8_sr -> "DQT INT8 + SR"``); an unknown
-    name is its own label."""
-    if method in _LABELS or method in _OTHER_LABELS:
-        return _LABELS.get(method) or _OTHER_LABELS[method]
-    try:
-        return recipes.method_label(*method_parts(method))
-    except ValueError:
-        return method
+    """The label of a method name of :data:`ecosim.recipes.LM_METHODS` (``fp8_eco_sr -> "FP8
+    ECO + SR"``, ``int4_eco_sr -> "INT4 ECO + SR"``, ``dqt8_sr -> "DQT INT8 + SR"``); an
+    unknown name is its own label."""
+    m = recipes.LM_METHODS.get(method)
+    return method if m is None else m.label
 
 
 def run_style(method: str) -> dict:

@@ -29,7 +29,7 @@ __all__ = ["lm_finetune", "finetune_markdown", "FINETUNE_ORDERINGS"]
 
 
 def _label(method: str) -> str:
-    return recipes.method_label(*method_parts(method)).replace("w/ master", "w/ MW")
+    return recipes.lm_method(method).label.replace("w/ master", "w/ MW")
 
 
 def _paper_mean(method: str) -> float:

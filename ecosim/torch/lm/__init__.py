@@ -132,9 +132,10 @@ from .checkpoint import CHECKPOINT, CheckpointError
 from .checkpoint import save as _save  # noqa: F401  (the atomic write, tested directly)
 from .cli import main
 from .config import (INT4_METHODS, METHODS, STORAGES, TABLE1_METHODS, LMConfig, Method,
-                     lr_factor, method_of)
+                     fsdp_check, lr_factor, method_of)
 from .loop import build_optimizers, train
 
 __all__ = ["CHECKPOINT", "INT4_METHODS", "METHODS", "STORAGES", "TABLE1_METHODS",
-           "CheckpointError", "LMConfig", "Method", "build_optimizers", "lr_factor", "main",
+           "CheckpointError", "LMConfig", "Method", "build_optimizers", "fsdp_check", "lr_factor",
+           "main",
            "method_of", "train"]

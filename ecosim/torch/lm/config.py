@@ -21,7 +21,7 @@ from ..model import get_preset
 from ..quantizer import Quantizer
 
 __all__ = ["INT4_METHODS", "METHODS", "STORAGES", "TABLE1_METHODS", "LMConfig", "Method",
-           "lr_factor", "method_of"]
+           "fsdp_check", "lr_factor", "method_of"]
 
 STORAGES = ("codes", "param")
 
@@ -74,24 +74,22 @@ class Method:
         return _np_quantizer.Quantizer(q.fmt, q.mode, q.granularity, q.scale)
 
 
+def _method(m: recipes.LMMethod) -> Method:
+    """The runner's :class:`Method` of an entry of :data:`ecosim.recipes.LM_METHODS`."""
+    return Method(m.scheme, m.fmt, m.mode, granularity=m.granularity, kind=m.kind)
+
+
 #: plain AdamW, Table 1's rows (:data:`ecosim.recipes.TABLE1`) with FP8 E4M3 weights, then
-#: DQT (INT8 and ternary, SR, no master copy) and BitNet b1.58 (FP32 master, ternary forward)
-METHODS: dict[str, Method] = {
-    "fp32": Method(None),
-    **{m.name: Method(m.scheme, "bfloat16" if m.weights == "bf16"
-                      else recipes.WEIGHT_FORMATS["fp8"][0], m.mode) for m in recipes.TABLE1},
-    "dqt8_sr": Method("naive", "int8", "sr", kind="dqt"),
-    "dqt_ternary_sr": Method("naive", "ternary", "sr", kind="dqt"),
-    "bitnet_b158": Method(None, "ternary", "rtn", kind="bitnet"),
-}
+#: DQT (INT8 and ternary, SR, no master copy) and BitNet b1.58 (FP32 master, ternary forward):
+#: every method of :data:`ecosim.recipes.LM_METHODS` but the INT4 ones
+METHODS: dict[str, Method] = {n: _method(m) for n, m in recipes.LM_METHODS.items()
+                              if m.weights != "int4"}
 TABLE1_METHODS = tuple(m for m, v in METHODS.items() if v.kind == "table1" and m != "fp32")
 
 #: Table 1's quantized rows with INT4 weights, one absmax scale per tensor (the format of the
 #: paper's Table 2 fine-tuning): ``int4_master_rtn`` ... ``int4_eco_sr``
-INT4_METHODS: dict[str, Method] = {
-    m.run_name("int4"): Method(m.scheme, recipes.WEIGHT_FORMATS["int4"][0], m.mode,
-                               granularity=recipes.WEIGHT_FORMATS["int4"][1])
-    for m in recipes.TABLE1 if m.weights == "W"}
+INT4_METHODS: dict[str, Method] = {n: _method(recipes.LM_METHODS[n])
+                                   for n in recipes.lm_methods("int4")}
 
 
 def method_of(name: str) -> Method:
@@ -101,6 +99,18 @@ def method_of(name: str) -> Method:
         raise ValueError(f"unknown method {name!r}; choose one of "
                          f"{list(METHODS) + list(INT4_METHODS)}")
     return m
+
+
+def fsdp_check(name: str) -> None:
+    """Refuse (ValueError) a method FSDP cannot shard: only Table 1's methods whose stored
+    weights have one scale per output row (or none: FP32, BF16) keep their scales within a
+    process's rows; a per-tensor scale (INT4, DQT) or BitNet's absmean needs the whole
+    tensor (see :mod:`ecosim.torch.optim` on sharded parameters)."""
+    m = method_of(name)
+    if m.kind != "table1" or (m.fmt is not None and m.granularity != "row"):
+        raise ValueError(f"fsdp is for Table 1's methods with row-wise scales (fp32, bf16_master, "
+                         f"fp8_*); {name!r} has a per-tensor scale or BitNet's absmean, which "
+                         "a shard of rows cannot compute")
 
 
 def _positive_int(name, v, allow_none=False):
@@ -273,9 +283,8 @@ class LMConfig:
             raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
-        if self.fsdp and method_of(self.method).kind != "table1":
-            raise ValueError(f"fsdp is for Table 1's methods (row-wise scales); {self.method!r} "
-                             "needs whole tensors (a per-tensor scale, or BitNet's absmean)")
+        if self.fsdp:
+            fsdp_check(self.method)
         if self.fsdp and self.storage != "param":
             raise ValueError(
                 f"fsdp needs storage='param' (--storage param), got storage={self.storage!r}: "
