@@ -8,6 +8,8 @@ all): a 6-step BF16-with-master pretraining run on the standard-library slice of
 
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -118,6 +120,26 @@ def test_int4_finetune_resumes_bit_exactly_and_its_lr0_step_writes_nothing(pretr
         assert a[k].is_floating_point() is False or bool(torch.isfinite(a[k]).all()), k
     assert not full["diverged"] and math.isfinite(full["val_loss"])
     assert full["init"]["base_val_loss"] != full["init"]["start_val_loss"]  # the INT4 write
+
+
+def test_resume_follows_the_init_weights_not_the_path(pretrained, corpus, text, tmp_path):
+    """A fine-tuning run resumes from a moved copy of the checkpoint it started from (same
+    weights, another path) and refuses one whose file now holds other weights."""
+    src = Path(pretrained) / lm.CHECKPOINT
+    first, moved = tmp_path / "first", tmp_path / "moved"
+    first.mkdir()
+    moved.mkdir()
+    shutil.copy(src, first / lm.CHECKPOINT)
+    kw = _ft(pretrained, text, steps=4, out=str(tmp_path / "ft"))
+    assert train(**{**kw, "init_from": str(first), "stop_after": 2})["step"] == 2
+    other = tmp_path / "other"
+    train(method="bf16_master", steps=2, eval_every=2, data=corpus, out=str(other), **SHAPE)
+    shutil.copy(other / lm.CHECKPOINT, first / lm.CHECKPOINT)  # same path, other weights
+    with pytest.raises(lm.CheckpointError, match="init_from weights_sha256"):
+        train(**{**kw, "init_from": str(first), "resume": True})
+    shutil.copy(src, moved / lm.CHECKPOINT)  # the same weights elsewhere
+    rest = train(**{**kw, "init_from": str(moved / lm.CHECKPOINT), "resume": True})
+    assert rest["segments"] == 2 and rest["steps_done"] == 4 and not rest["diverged"]
 
 
 def test_eco_step_at_lr_zero_writes_nothing_and_keeps_the_injection():

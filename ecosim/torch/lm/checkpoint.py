@@ -67,9 +67,13 @@ def save(path: Path, payload: dict):
         raise
 
 
-def load(cfg: LMConfig, device, corpus_sha: str) -> dict:
+def load(cfg: LMConfig, device, corpus_sha: str, init_sha: str | None = None) -> dict:
     """The checkpoint of run ``cfg`` (tensors on ``device``), checked to be ours and from the
-    same trajectory (the fields of ``TRAJECTORY`` and the corpus ``corpus_sha``).
+    same trajectory (the fields of ``TRAJECTORY`` and the corpus ``corpus_sha``). A run
+    started ``init_from`` a checkpoint is compared by the weights it started from, not by
+    that checkpoint's path: ``init_sha`` (the ``weights_sha256`` of :func:`init_weights` now;
+    None without ``init_from``) must equal the one its history recorded, so a moved file
+    resumes and a changed one is refused.
 
     Raises:
         FileNotFoundError: there is no checkpoint.
@@ -86,10 +90,14 @@ def load(cfg: LMConfig, device, corpus_sha: str) -> dict:
     if not isinstance(ck, dict) or ck.get("format") != FORMAT or not isinstance(
             ck.get("config"), dict) or not all(k in ck for k in _KEYS):
         raise unusable(path, f"is not an {FORMAT} checkpoint")
-    want = {k: jsonable(getattr(cfg, k)) for k in TRAJECTORY}
+    want = {k: jsonable(getattr(cfg, k)) for k in TRAJECTORY if k != "init_from"}
     have = {"autocast": False, "act_fp8": False, "init_from": None,
             **ck["config"]}  # from before the flags
     bad = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
+    was = (None if have["init_from"] is None
+           else (ck.get("hist", {}).get("init") or {}).get("weights_sha256", "unrecorded"))
+    if was != init_sha:
+        bad["init_from weights_sha256"] = (was, init_sha)
     if ck["corpus_sha256"] != corpus_sha:
         bad["corpus"] = (ck["corpus_sha256"], corpus_sha)
     if bad:
@@ -136,15 +144,16 @@ def write(path: Path | None, cfg: LMConfig, env: Env, model, opts, scheds, hist:
     barrier(env)
 
 
-def restore(cfg: LMConfig, device, corpus_sha: str, model, opts, scheds) -> dict:
-    """Load the run's checkpoint (:func:`load`) into ``model``, ``opts`` and ``scheds`` and
-    return its history; a finished run's history (``hist["record"]`` set) is returned
-    before anything is loaded.
+def restore(cfg: LMConfig, device, corpus_sha: str, model, opts, scheds,
+            init_sha: str | None = None) -> dict:
+    """Load the run's checkpoint (:func:`load`, given ``init_sha``) into ``model``, ``opts``
+    and ``scheds`` and return its history; a finished run's history (``hist["record"]`` set)
+    is returned before anything is loaded.
 
     Raises:
         CheckpointError: the checkpoint's states do not fit this model and these optimizers.
     """
-    ck = load(cfg, device, corpus_sha)
+    ck = load(cfg, device, corpus_sha, init_sha)
     try:
         hist = ck["hist"]
         if hist["record"] is not None:  # finished already: nothing to train

@@ -147,7 +147,9 @@ class LMConfig:
             random init (a master scheme keeps those FP32 values as its master copy). Its
             optimizer states, step and schedule are not taken: the run has its own. The
             record gains ``init`` (the checkpoint, its run, and the validation loss on this
-            run's corpus before and after the initial write).
+            run's corpus before and after the initial write). A resume checks the weights
+            (their SHA-256), not the path: a moved checkpoint resumes, a changed one is
+            refused.
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         eval_every: validation every this many steps and at the end (default ``steps // 10``).
         eval_batches: validation batches (of ``batch`` x ``seq``) per evaluation.

@@ -98,8 +98,9 @@ def train(config: LMConfig) -> dict:
 def _train(cfg: LMConfig, env: Env) -> dict:
     run = _Run(cfg, env)
     if cfg.resume:
+        init_sha = run.hist.get("init", {}).get("weights_sha256")  # of init_from now
         hist = checkpoint.restore(cfg, env.device, run.corpus.sha256, run.model, run.opts,
-                                  run.scheds)
+                                  run.scheds, init_sha)
         if hist["record"] is not None:  # finished already: nothing to train
             return hist["record"]
         run.hist = hist
