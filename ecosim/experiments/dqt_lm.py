@@ -1,10 +1,10 @@
 """DQT on the language model: FP32, BitNet b1.58, DQT INT8 and DQT ternary under Table 1's protocol.
 
-The LM rows of DQT's claims (figures ``dqt`` and ``dqt_claims``; :mod:`ecosim.dqt_claims`):
-the runs of the ``lm`` experiment (:mod:`ecosim.experiments.lm`: same preset ``micro``, 650
-steps of 16 x 64 bytes, AdamW (0.9, 0.98), eps 1e-9, wd 0.1, clip 1.0, warmup + cosine, 3 seeds
-paired by seed, validation on 16 batches every 65 steps, one CPU thread) with the methods of
-:mod:`ecosim.torch.lm` that are not Table 1's:
+The LM rows of DQT's claims (figure ``dqt_lm`` of :mod:`ecosim.figures.dqt`; verdicts in
+:mod:`ecosim.claims.dqt_lm`): the runs of the ``lm`` experiment (:mod:`ecosim.experiments.lm`:
+same preset ``micro``, 650 steps of 16 x 64 bytes, AdamW (0.9, 0.98), eps 1e-9, wd 0.1, clip
+1.0, warmup + cosine, 3 seeds paired by seed, validation on 16 batches every 65 steps, one CPU
+thread) with the methods of :mod:`ecosim.torch.lm` that are not Table 1's:
 
 * ``fp32``: plain AdamW (the reference of every gap; the ``lm`` experiment's FP32 run again);
 * ``bitnet_b158``: FP32 master weights under AdamW, each block-internal linear's forward on

@@ -20,6 +20,11 @@ single run measured at lighter load, 22 CPU-seconds).
 Batches of 64 sequences (not micro's 16) cost 2.5x less per token here, where the per-step
 overhead (four experts per block, 24 quantized tensors) dominates.
 
+The training loss (``final_train_loss``, ``curve_train``) is the cross-entropy plus 0.01 x
+the router's load-balancing loss (the preset's ``aux_coef``; the record's ``model``
+field holds it), as the model trains on it; ``val_loss`` and ``curve_val`` are the
+cross-entropy alone, comparable with the dense ``lm`` runs.
+
 Results: the columns of :func:`ecosim.experiments.lm.records_to_results` and ``n_active``
 (active non-embedding parameters of each run's preset); a results file
 written by ``python -m ecosim.torch.lm --preset micro_moe ...`` can be plotted instead with

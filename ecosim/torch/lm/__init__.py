@@ -95,7 +95,10 @@ Results record (one JSON line per finished run; non-finite numbers are written a
 * outcome: ``tokens`` (trained), ``final_train_loss`` (mean of the last 10 steps),
   ``val_loss`` (final validation, null if diverged), ``diverged``, ``diverged_at_step`` (the
   update that failed, 1-based), ``curve`` (``[step, mean training loss since the previous
-  point, validation loss or null]``);
+  point, validation loss or null]``); for an MoE preset with ``model.aux_coef`` > 0
+  (``micro_moe``: 0.01) the training losses (``curve``'s and ``final_train_loss``, and the
+  divergence test) include ``aux_coef`` x the router's load-balancing loss
+  (:mod:`ecosim.torch.moe`), the validation losses are the cross-entropy alone;
 * cost: ``bytes_per_param`` (static bytes per parameter of the quantized linears: ``formula``,
   ``measured``, ``held``, per-buffer splits, ``n``, ``note``), ``peak_memory_bytes`` and
   ``peak_memory_kind`` (``torch.cuda.max_memory_allocated`` on CUDA; on the CPU the nbytes of
