@@ -9,10 +9,12 @@ Public names:
     dqt: DQT (SR onto the previous step's integer/ternary grid) as a named configuration.
     SGDMState, AdamWState, MuonState: the immutable state records.
     on_grid, state_quantizer, compensation_quantizer: helpers shared by the optimizers.
+    schedule_guard_lr, guard_horizon: the rate AdamW's schedule guard sizes ECO's injection
+        with (shared with the torch mirror).
     Schedules: Constant, WarmupCosine, StepDecay, InverseTime (and lowercase spellings),
         as_schedule.
 """
-from .adamw import AdamW, AdamWState, adamw
+from .adamw import AdamW, AdamWState, adamw, guard_horizon, schedule_guard_lr
 from .base import (ADAMW_SCHEMES, SCHEMES, NonFiniteGradient, QuantizedOptimizer,
                    compensation_quantizer, on_grid, state_quantizer)
 from .dqt import dqt, dqt_quantizers
@@ -54,10 +56,12 @@ __all__ = [
     "constant",
     "dqt",
     "dqt_quantizers",
+    "guard_horizon",
     "inverse_time",
     "muon",
     "newton_schulz",
     "on_grid",
+    "schedule_guard_lr",
     "sgdm",
     "state_quantizer",
     "step_decay",

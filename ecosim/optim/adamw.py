@@ -76,7 +76,7 @@ from ..quantizer import Quantizer
 from .base import QuantizedOptimizer, _check_beta
 from .schemes import Scheme
 
-__all__ = ["AdamW", "AdamWState", "adamw"]
+__all__ = ["AdamW", "AdamWState", "adamw", "guard_horizon", "schedule_guard_lr"]
 
 
 class AdamWState(NamedTuple):
@@ -211,17 +211,53 @@ class AdamW(QuantizedOptimizer):
         return self.scheme_record.exact == "momentum" and ctx.pending and ctx.lr == 0.0
 
     def _injection_lr(self, ctx) -> float:
-        """The guard's ``L(t)``: the ``b1``-weighted mean of ``lr(t + 1 .. t + H)`` (see the
-        module docstring), computed once per step; ``lr(t)`` itself when they all equal it."""
+        """The guard's ``L(t)`` (:func:`schedule_guard_lr`), computed once per step."""
         if ctx.lr_inject is None:
-            horizon = min(2000, max(1, math.ceil(math.log(1e-6) / math.log(self.b1))))
-            rates = [self.lr_at(ctx.t + j) for j in range(1, horizon + 1)]
-            if all(r == ctx.lr for r in rates):
-                ctx.lr_inject = ctx.lr
-            else:
-                w = self.b1 ** np.arange(1, horizon + 1, dtype=np.float64)
-                ctx.lr_inject = float(np.dot(w, rates) / w.sum())
+            ctx.lr_inject = schedule_guard_lr(ctx.lr, self.lr_at, ctx.t, self.b1)
         return ctx.lr_inject
+
+
+def guard_horizon(b1: float) -> int:
+    """The number ``H`` of later steps the schedule guard looks at: the smallest with
+    ``b1**H <= 1e-6``, at least 1 and at most 2000.
+
+    Example:
+        >>> guard_horizon(0.9), guard_horizon(0.5), guard_horizon(0.9999)
+        (132, 20, 2000)
+    """
+    b1 = float(b1)
+    if not 0.0 < b1 < 1.0:
+        raise ValueError(f"b1 must be in (0, 1), got {b1!r}")
+    return min(2000, max(1, math.ceil(math.log(1e-6) / math.log(b1))))
+
+
+def schedule_guard_lr(lr: float, lr_at: Callable[[int], float], t: int, b1: float) -> float:
+    """The learning rate ``L(t)`` that sizes ECO's injection under ``schedule_guard=True``.
+
+    ``L(t) = sum_j b1**j lr(t + j) / sum_j b1**j`` over ``j = 1 .. H`` (:func:`guard_horizon`),
+    in float64: the weighted mean of the rates at which the injected offset is consumed (see
+    :mod:`ecosim.optim.adamw`). When every one of those rates equals ``lr`` (this step's),
+    ``lr`` itself is returned, so a constant rate gives ECO's coefficient bit for bit. The
+    NumPy :class:`AdamW` and the torch :class:`~ecosim.torch.ECOAdamW` both call this.
+
+    Args:
+        lr: the learning rate of step ``t`` (a float).
+        lr_at: ``step -> learning rate`` of any later step (a float, finite and >= 0).
+        t: the step being applied (0-based).
+        b1: the momentum coefficient, in (0, 1).
+
+    Example:
+        >>> schedule_guard_lr(1e-3, lambda s: 1e-3, 5, 0.9)
+        0.001
+        >>> round(schedule_guard_lr(1e-6, lambda s: 1e-6 if s < 1 else 1e-3, 0, 0.9), 6)
+        0.001
+    """
+    horizon = guard_horizon(b1)
+    rates = [lr_at(t + j) for j in range(1, horizon + 1)]
+    if all(r == lr for r in rates):
+        return lr
+    w = b1 ** np.arange(1, horizon + 1, dtype=np.float64)
+    return float(np.dot(w, rates) / w.sum())
 
 
 def adamw(lr: float | Callable[[int], float], b1: float = 0.9, b2: float = 0.999,

@@ -178,7 +178,7 @@ REGISTRY: dict[str, Scheme] = {s.name: s for s in (
     Scheme("eco_momentum_exact", "AdamW: keeps e_prev and moves it through the momentum "
                                  "sized with the current d (isolates ECO's e_prev ~ e)",
            buffers=("e_prev",), base="error", after="exact", exact="momentum",
-           optimizers=("adamw",), torch=False),
+           optimizers=("adamw",)),
     Scheme("eco_wd", "ECO with the injection sized for decoupled weight decay: "
                      "rate (1 - (1 - lr wd)/beta); equals eco at wd = 0",
            after="inject", rule=_decayed_rule, optimizers=("adamw",)),

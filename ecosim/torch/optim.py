@@ -2,8 +2,9 @@
 
 :class:`ECOSGD` mirrors :func:`ecosim.optim.sgdm` (EMA or heavy-ball momentum, Nesterov) and
 :class:`ECOAdamW` mirrors :func:`ecosim.optim.adamw`, each with the schemes ``"master"``,
-``"naive"``, ``"eco"``, ``"eco_exact"`` and ``"kahan"`` (and AdamW's ``"eco_wd"``: the scheme
-records of :mod:`ecosim.optim.schemes` marked for torch), per-parameter weight quantizers and
+``"naive"``, ``"eco"``, ``"eco_exact"`` and ``"kahan"`` (and AdamW's ``"eco_wd"`` and
+``"eco_momentum_exact"``, and its ``schedule_guard``: the scheme records of
+:mod:`ecosim.optim.schemes` marked for torch), per-parameter weight quantizers and
 low-precision states (``states=``). The update rules, the order of the float operations and
 the SR keys are the NumPy reference's (see the module docstrings of :mod:`ecosim.optim.sgdm`,
 :mod:`ecosim.optim.adamw` and :mod:`ecosim.optim.base`), so on the CPU, in float32, the stored
@@ -65,7 +66,10 @@ and :meth:`~ECOAdamW.load_state_dict` takes either, or this process's rows.
 
 Learning rates are read from ``group["lr"]`` at every step, so torch LR schedulers work.
 ``eco_exact`` for SGD needs ``lr(t+1)`` at step ``t``: it is ``group["next_lr"]`` when set,
-else ``group["lr"]`` (a constant learning rate).
+else ``group["lr"]`` (a constant learning rate). AdamW's ``schedule_guard`` needs the later
+rates ``lr(t + 1 .. t + H)``, which a ``torch.optim.lr_scheduler`` cannot be asked for: it
+takes them from ``lr_schedule=`` (``t -> lr``, the rate the scheduler will set at step ``t``)
+and refuses to step when ``group["lr"]`` is not ``lr_schedule(t)`` (see :class:`ECOAdamW`).
 
 Speed. The cost of a step is the weight write: the bit-exact integer rounding (and, for SR,
 the counter-based random bits) of :mod:`ecosim.torch.rounding`. Measured on one CPU thread
@@ -81,19 +85,23 @@ the same kernels in a C++ loop. The NaN/inf check of the gradients is one ``amin
 gradient (min and max propagate NaN and show inf) and one device sync per group.
 ``ECOAdamW(compile=True)`` fuses the element-wise moment math (see :class:`ECOAdamW`).
 
-Not mirrored: scheme ``"fp"`` (use ``torch.optim``), zero learning rates for ``eco_exact``
-(NumPy's pending error; refused here), DQT's ``prev_scale``, ``init_weights``; the diagnostics
+Not mirrored: scheme ``"fp"`` (use ``torch.optim``), zero learning rates for SGD's ``eco_exact``
+(NumPy's pending error; refused here; AdamW's ``eco_momentum_exact`` keeps it pending, per
+parameter, in ``state["pending"]``), DQT's ``prev_scale``, ``init_weights``; the diagnostics
 are :meth:`~ECOAdamW.diagnostics` (``diagnostics=True``), not a step's return value.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 
 import torch
 
 from ..checks import check_bool
+from ..optim.adamw import schedule_guard_lr
+from ..optim.schemes import get as get_scheme
 from ..optim.schemes import is_eco
 from .optim_base import _ECOBase
 from .numerics import _div, _sqrt
@@ -233,9 +241,27 @@ class ECOAdamW(_ECOBase):
             # base: w; master: theta; eco_exact: w + e_prev; kahan: w + c
         w = q(theta_tilde);  e = theta_tilde - w          <- the weight write
         eco:       m += ((1 - b1^n)/lr)(1 - 1/b1) d e     [* (1 - lr wd)]       [q_m]
+                   (schedule_guard: lr of the coefficient = L(t), see below)
+        eco_wd:    m += ((1 - b1^n)/lr)(1 - (1 - lr wd)/b1) d e                 [q_m]
+        eco_momentum_exact:
+                   m += ((1 - b1^n)/lr)(1 - lr wd) d (e_prev - e/b1);  e_prev = e   [q_m]
+                   (while state["pending"]: base w + e_prev and no e_prev term; the
+                   first step with lr > 0 clears it)
         eco_exact: e_prev = e
         kahan:     c = q_c(e)
         master:    theta = theta_tilde                                          [q_master]
+
+    Schedule guard (``schedule_guard=True``; schemes ``"eco"`` and ``"eco_wd"``): the
+    injection is sized with ``L(t)``, the ``b1``-weighted mean of the learning rates of the
+    steps that will consume it, :func:`ecosim.optim.schedule_guard_lr` (the NumPy rule, the
+    same function): ``lr(t)`` itself when ``lr(t + 1 .. t + H)`` all equal it (bit for bit
+    ECO at a constant rate), no injection when they are all 0. The later rates come from
+    ``lr_schedule``: a callable ``t -> lr`` (``t`` the optimizer's step counter :attr:`t`,
+    0 at the first step, as NumPy's schedules) or a list of them, one per param group. A
+    ``torch.optim.lr_scheduler`` cannot be looked ahead, so the optimizer is told the
+    schedule it follows and checks it: at every step ``group["lr"]`` must equal
+    ``lr_schedule(t)`` exactly, else ValueError (nothing is written). For ``LambdaLR(opt,
+    f)``, whose rate is ``base_lr * f(t)``, pass ``lr_schedule=lambda t: base_lr * f(t)``.
 
     Args:
         params, weights, key, states, diagnostics: as :class:`ECOSGD` (``states`` keys ``"g"``,
@@ -244,10 +270,14 @@ class ECOAdamW(_ECOBase):
         betas: ``(b1, b2)``; ``b1`` in (0, 1) for eco/eco_exact.
         eps: added to the root of the bias-corrected second moment, > 0.
         weight_decay: decoupled weight decay.
-        scheme: ``"master"``, ``"naive"``, ``"eco"``, ``"eco_exact"``, ``"kahan"`` or
-            ``"eco_wd"`` (the records of :mod:`ecosim.optim.schemes` the torch mirror runs,
-            ``torch_names_for("adamw")``).
+        scheme: ``"master"``, ``"naive"``, ``"eco"``, ``"eco_exact"``, ``"kahan"``,
+            ``"eco_wd"`` or ``"eco_momentum_exact"`` (the records of
+            :mod:`ecosim.optim.schemes` the torch mirror runs, ``torch_names_for("adamw")``).
         wd_corrected_injection: multiply ECO's coefficient by ``(1 - lr wd)``.
+        schedule_guard: size ECO's injection with ``L(t)`` (above) instead of ``lr(t)``;
+            needs ``lr_schedule`` and an injecting scheme (``"eco"``, ``"eco_wd"``).
+        lr_schedule: ``t -> lr`` (or a list, one per param group): the rates the group's
+            ``lr`` follows, read by the schedule guard only (None: no guard).
         compile: run the element-wise math (the moment updates, and ``d`` and
             ``(lr/bc1) m/d``) through ``torch.compile`` (two graphs, dynamic shapes, no
             recompilation as ``n`` grows); the rounding steps stay eager. If compilation fails
@@ -272,7 +302,7 @@ class ECOAdamW(_ECOBase):
 
     def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
                  scheme="eco", weights=None, key=0, states=None, wd_corrected_injection=False,
-                 compile=False, diagnostics=False):
+                 compile=False, diagnostics=False, schedule_guard=False, lr_schedule=None):
         b1, b2 = (float(b) for b in betas)
         eco = is_eco(scheme)
         if not (0.0 <= b1 < 1.0) or (eco and b1 == 0.0):
@@ -286,6 +316,15 @@ class ECOAdamW(_ECOBase):
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
         self.wd_corrected_injection = check_bool(wd_corrected_injection,
                                                  "wd_corrected_injection")
+        self.schedule_guard = check_bool(schedule_guard, "schedule_guard")
+        self.lr_schedule = _check_schedule(lr_schedule)
+        if self.schedule_guard and self._scheme_record_of(scheme).after != "inject":
+            raise ValueError(f"schedule_guard sizes ECO's memory-free injection: it needs an "
+                             f"injecting scheme ('eco', 'eco_wd'), got scheme={scheme!r}")
+        if self.schedule_guard and self.lr_schedule is None:
+            raise ValueError("schedule_guard needs the later learning rates: pass "
+                             "lr_schedule=(t -> lr), the rates group['lr'] will follow")
+        self._guard: dict = {}  # group index -> L(t), the guard's rate of this step
         self._math = _AdamMath(check_bool(compile, "compile"))
         super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=float(eps),
                                       weight_decay=float(weight_decay)), scheme, weights, key,
@@ -293,10 +332,48 @@ class ECOAdamW(_ECOBase):
 
     def _scheme_record(self):
         """The scheme's record; ``wd_corrected_injection`` makes an injection decay-corrected."""
-        sch = super()._scheme_record()
+        return self._scheme_record_of(self.scheme)
+
+    def _scheme_record_of(self, scheme):
+        sch = get_scheme(scheme)
         if self.wd_corrected_injection and sch.after == "inject":
             return dataclasses.replace(sch, decay_corrected=True)
         return sch
+
+    def _init_param(self, group, name, p):
+        super()._init_param(group, name, p)
+        if self._meta[name].sch.exact == "momentum":  # no offset in m yet (NumPy's pending)
+            self.state[p]["pending"] = True
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One update of every parameter (see the class docstring). With ``schedule_guard``,
+        every group's ``lr`` is checked against ``lr_schedule(t)`` first (ValueError, nothing
+        written, on a mismatch) and its ``L(t)`` computed once."""
+        if self.schedule_guard:
+            self._guard = {i: self._guard_rate(i, g) for i, g in enumerate(self.param_groups)}
+        return super().step(closure)
+
+    def _guard_rate(self, i, group):
+        t, lr = self.t, group["lr"]
+        sched = self._schedule_of(i)
+        want = _rate(sched, t)
+        if want != lr:
+            raise ValueError(f"schedule_guard: param group {i} has lr {lr!r} at step {t}, "
+                             f"but lr_schedule({t}) = {want!r}; pass the schedule it follows")
+        return schedule_guard_lr(lr, lambda s: _rate(sched, s), t, group["betas"][0])
+
+    def _group_index(self, group):
+        return next(i for i, g in enumerate(self.param_groups) if g is group)
+
+    def _schedule_of(self, i):
+        sched = self.lr_schedule
+        if not isinstance(sched, (list, tuple)):
+            return sched
+        if len(sched) != len(self.param_groups):
+            raise ValueError(f"lr_schedule has {len(sched)} schedules for "
+                             f"{len(self.param_groups)} param groups: one per group expected")
+        return sched[i]
 
     def _init_state(self, st, group, meta, full, w):
         self._zeros(st, "m", full)
@@ -320,8 +397,46 @@ class ECOAdamW(_ECOBase):
         if wd:
             base = base * decay
         torch.sub(base, tt, out=tt)  # theta_tilde = base (1 - lr wd) - (lr/bc1) m / d
-        self._finish_write(meta, p, st, w, tt, key, t, m,
-                           lambda sch: (sch.coefficient(bc1 / lr, b1, decay), d))
+        pending = st.get("pending", False)
+
+        def gain(sch):
+            lr_inj = self._guard[self._group_index(group)] if self.schedule_guard else lr
+            if lr_inj == 0.0:  # no later step writes: nothing would give it back
+                return None, None
+            return sch.coefficient(bc1 / lr_inj, b1, decay), d
+
+        def exact(m, e_prev, e):  # the offset (c / s)(e_prev - e / b1), NumPy's order
+            k = e * (-1.0 / b1)
+            if not pending:
+                k += e_prev
+            k *= d * ((bc1 / lr) * decay)
+            self._inject(st, m, k, key, t, name)
+
+        self._finish_write(meta, p, st, w, tt, key, t, m, gain, exact)
+        if pending:
+            st["pending"] = False
+
+
+def _check_schedule(sched):
+    """``lr_schedule``: None, a callable, or a non-empty list/tuple of callables."""
+    if sched is None or callable(sched):
+        return sched
+    if isinstance(sched, (list, tuple)) and sched and all(callable(f) for f in sched):
+        return list(sched)
+    raise TypeError(f"lr_schedule must be a callable t -> lr or a list of them (one per param "
+                    f"group), got {type(sched).__name__}")
+
+
+def _rate(sched, t):
+    """``sched(t)`` as a float, finite and >= 0 (NumPy's ``lr_at`` check)."""
+    raw = sched(t)
+    try:
+        value = float(raw)
+    except TypeError:
+        raise TypeError(f"lr_schedule returned {raw!r} at step {t}, not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"lr_schedule({t}) = {value!r}; it must be finite and >= 0")
+    return value
 
 
 class _AdamMath:

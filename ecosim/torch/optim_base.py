@@ -293,22 +293,26 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         return e
 
     def _base(self, meta, st, w):
-        """Where ``theta_tilde`` starts: the scheme's base (no pending error here)."""
+        """Where ``theta_tilde`` starts: the scheme's base (``state["pending"]``: AdamW's
+        ``eco_momentum_exact`` before its first write)."""
         codecs = self._codecs_of(meta)
         return meta.sch.base_value(w, lambda k: self._load(st, k, w, codecs.get(k)),
-                                   pending=False, linear=self._linear)
+                                   pending=st.get("pending", False), linear=self._linear)
 
     def _finish_write(self, meta, p, st, w, tt, key, t, m, gain, exact=None):
         """NumPy's ``finish_write``: the scheme's write of ``tt`` and what follows it.
         ``gain(sch) -> (coef, scale)`` is the optimizer's ECO injection gain
         (``m += scale * coef * e``, ``coef`` from the scheme's coefficient at the optimizer's
-        rate); ``exact(m, e_prev, e)`` stores the exact injection into ``m``."""
+        rate; ``coef`` None: nothing is injected); ``exact(m, e_prev, e)`` stores the exact
+        injection into ``m``."""
         e = self._write_scheme(meta, p, st, w, tt, key, t)
         if e is None:
             return
         sch = meta.sch
         if sch.after == "inject":
             coef, scale = gain(sch)
+            if coef is None:  # no later step writes: nothing would give it back
+                return
             self._inject(st, m, injection(e, coef, scale), key, t, meta.name)
         elif sch.through_momentum(self._linear):
             exact(m, st["e_prev"], e)

@@ -19,6 +19,7 @@ from .nn import _raw
 
 _OWN_ATTRS = ("scheme", "weights", "states", "_meta", "_counter", "_step_count_t",
               "nesterov", "heavy_ball", "wd_corrected_injection", "_math",
+              "schedule_guard", "lr_schedule", "_guard",
               "collect_diagnostics", "_never", "_last_diag")
 
 
