@@ -13,7 +13,8 @@ by exactly ``-lr*g`` every step, stuck or not).
 Each unit runs one scheme (fp, master, naive or eco; RTN on a fixed uniform grid) on the
 separable quadratic ``f = L/2 ||x - x*||^2`` with ``1 + d`` coordinates: coordinate 0 is the
 showcase (``x0 = x* + showcase_offset``), the other ``d`` start at ``x* + N(0, spread^2)``. It
-records every step's stored weights and update ``lr*m'``, and checks two predictions:
+records every step's stored weights and update ``lr*m'`` (a callback of
+:func:`ecosim.train.train` keeps each update's weights and momentum), and checks two predictions:
 
 * naive: the stall step, predicted as the first step ``t`` with ``|lr*m'_t| < h/2`` and
   ``|lr*g(w_t)| < h/2``, against the observed one (the step after the last move);
@@ -32,6 +33,7 @@ from .. import rng, theory
 from ..optim import sgdm
 from ..problems import Quadratic
 from ..quantizer import Quantizer
+from ..train import initial_point, train
 from .base import (Config, ConfigError, at_least, experiment, finite, interval, non_negative,
                    positive, stack_units)
 
@@ -161,22 +163,19 @@ def rtn_stall(cfg: RtnStallConfig, unit: dict) -> dict:
     z[0] = cfg.showcase_offset
     q = None if scheme == "fp" else Quantizer("int8", "rtn", scale=cfg.step)
     opt = sgdm(cfg.lr, cfg.beta, scheme=scheme, weights=q)
-    w, state = opt.init(xstar + z, key=cfg.key)
     T = cfg.steps
-    x = np.empty((T + 1, n))
-    u = np.empty((T, n))
-    grad = np.empty((T, n))
-    m_before = np.empty((T, n))
-    virtual = np.empty(T + 1)
-    x[0] = w
-    virtual[0] = opt.virtual(w, state)[0]
-    for t in range(T):
-        g = prob.grad(w)
-        m_before[t] = state.m
-        grad[t] = g
-        u[t] = cfg.lr * (cfg.beta * state.m + (1.0 - cfg.beta) * g)  # the update lr*m'
-        w, state = opt.step(w, g, state)
-        x[t + 1] = w
-        virtual[t + 1] = opt.virtual(w, state)[0]
+    x, virtual, m = np.empty((T + 1, n)), np.empty(T + 1), np.empty((T + 1, n))
+    x[0], state = initial_point(prob, opt, cfg.key, xstar + z)
+    m[0], virtual[0] = state.m, opt.virtual(x[0], state)[0]
+
+    def record(t, w, st, rec):  # the stored weights and momentum after update t
+        x[t + 1], m[t + 1], virtual[t + 1] = w, st.m, opt.virtual(w, st)[0]
+
+    h = train(prob, opt, T, key=cfg.key, params=xstar + z, callbacks=[record])
+    if h.outcome != "completed":
+        raise RuntimeError(f"rtn_stall: the {scheme} run {h.outcome} after {h.stopped_at} steps")
+    grad = np.stack([prob.grad(w) for w in x[:-1]])  # the gradient each update used
+    m_before = m[:-1]
+    u = cfg.lr * (cfg.beta * m_before + (1.0 - cfg.beta) * grad)  # the update lr*m'
     return {"x": x, "u": u, "grad": grad, "m_before": m_before, "moved": x[1:] != x[:-1],
             "xstar": xstar, "virtual": virtual}

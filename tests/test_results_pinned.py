@@ -1,0 +1,73 @@
+"""Experiments over the one training loop keep their results bit for bit.
+
+Every experiment that trains goes through :func:`ecosim.train.train` (mlp_methods, the
+low-precision experiments and rtn_stall used to run their own loops). This pins the sha256 of a
+few smoke-size units' results (name, dtype, shape and bytes of every array, names sorted). The
+digests were computed from the code before those loops became adapters over
+:func:`~ecosim.train.train` (commit 8a43954's parent for mlp_methods, mlp_states,
+mantissa_sweep and compressed_states; rtn_stall's own loop until later) and equal those of
+every commit since: any change in what a run computes (the loop, an optimizer, a rounding rule,
+a problem) makes this fail. The units cover the stop rule (mlp_methods), a divergence
+(mlp_states' E4M3-SR states, seed 0, diverges at its first update), Muon, compressed states and
+the RTN stall's per-step trajectory.
+
+The digests hold for the platform the figures are built on (x86-64, the locked NumPy and its
+OpenBLAS): MLP and Muon runs go through BLAS products, whose last bits another BLAS kernel may
+legitimately change; a failure there after a NumPy upgrade means the committed figures need a
+rebuild, not that the loop is wrong.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from ecosim import experiments as E
+
+# (experiment, unit) -> sha256 of the unit's results with the smoke config
+PINNED = [
+    ("rtn_stall", {"scheme": "eco"},
+     "c766cbdc9256fb08ca1279657038afa598bfccd4961ee4739064e80820b6a389"),
+    ("rtn_stall", {"scheme": "naive"},
+     "688cfd6dd00095cee0e6e30dcd7cf8b612c1961fdbfaaf8e39a2e0a1161f5b0d"),
+    ("mantissa_sweep",
+     {"component": "weights", "mantissa": 1, "optimizer": "muon", "problem": "rosenbrock",
+      "seed": 0},
+     "ff4c07e677b2197d51bcbe50625fc81eb1543521984018d538be1fd4d1dc5fa3"),
+    ("mantissa_sweep",
+     {"component": "v", "mantissa": 1, "optimizer": "adamw", "problem": "mlp", "seed": 0},
+     "7a86c3fdb89e6fb68a69a444a758a155d91f91f393806b0ff0ad8bec33fbf972"),
+    ("compressed_states", {"optimizer": "muon", "seed": 0, "spec": "eco-sr m:bf16"},
+     "5c41d766afd7f42705d963e592d67f562fab9ddfd275dc1949cbda251748c14c"),
+    ("compressed_states", {"optimizer": "adamw", "seed": 0, "spec": "eco-rtn m:e4m3 v:bf16"},
+     "e7bbcd0227760ec85b6b65eb140d0f80172c2c6746aef791b7590d986142457d"),
+    ("mlp_methods", {"mode": "sr", "scheme": "eco", "seed": 0, "weights": "fp8", "width": 8},
+     "7b51824f3e938530d77dbc7e0c682adeaa1de45971b3224524750469036cfbd4"),
+    ("mlp_methods", {"mode": "rtn", "scheme": "naive", "seed": 1, "weights": "int4", "width": 8},
+     "2cee881df5f91135348c56bf4f411a4e3cf25328be51e22fd9839155396b4724"),
+    ("mlp_states", {"seed": 0, "variant": "adamw:eco_sr:e4m3_sr:e4m3_sr"},
+     "2da79bf6b72a020dc03c1adf586b1a4573eedef7cf47fefe145ca11e89c10794"),
+    ("mlp_states", {"seed": 0, "variant": "sgdm:eco_sr:e4m3_rtn"},
+     "a063447871d05765cab599df7a286708c8813b7f51f745020d4152f33a28aeb2"),
+]
+
+
+def digest(results) -> str:
+    """sha256 over the results' arrays: name, dtype, shape and bytes, names sorted."""
+    h = hashlib.sha256()
+    for name in sorted(results):
+        a = np.ascontiguousarray(results[name])
+        for part in (name, str(a.dtype), repr(a.shape)):
+            h.update(part.encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("name,unit,want", PINNED,
+                         ids=[f"{n}-{'-'.join(map(str, u.values()))}" for n, u, _ in PINNED])
+def test_smoke_unit_results_are_pinned(name, unit, want):
+    exp = E.get(name)
+    cfg = exp.default_config(smoke=True)
+    assert unit in exp.unit_list(cfg)
+    assert digest(exp.compute(cfg, dict(unit))) == want
