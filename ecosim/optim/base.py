@@ -60,6 +60,7 @@ from .. import rng
 from ..checks import NonFiniteGradient, check_bool, check_positive, native
 from ..quantizer import Quantizer
 from ..rounding import quantize
+from .diagnostics import StepDiagnostics
 from .policies import (ADAMW_SCHEMES, SCHEMES, _check_beta, _make_schedule, _resolve_weights,
                        compensation_quantizer, on_grid, resolve_states, state_quantizer,
                        weights_dict)
@@ -106,62 +107,14 @@ def _from_dict(d: dict[str, Any] | None, bare: bool) -> Any:
     return d.get("") if bare else d
 
 
-def _entry(tree: Any, name: str, bare: bool) -> Any:
-    if tree is None:
-        return None
-    if isinstance(tree, Mapping) == bare:
+def _entry(tree: Any, bare: bool) -> Any:
+    """A state buffer's tree (None when absent), checked to have the params' structure."""
+    if tree is not None and isinstance(tree, Mapping) == bare:
         built, given = (("a dict of params", "one bare array") if bare
                         else ("one bare array", "a dict"))
         raise ValueError(f"state was built for {built} but params here are {given}: pass "
                          "params with the structure given to init")
-    if bare:
-        return tree
-    return tree.get(name)
-
-
-class _Diag:
-    """Accumulates the diagnostics of one step."""
-
-    def __init__(self, quantized: bool):
-        self.e: dict[str, np.ndarray] | None = {} if quantized else None
-        self.sq = 0.0
-        self.changed = 0
-        self.n = 0
-        self.inj_dot = 0.0  # <kept, intended> over the ECO injections of this step
-        self.inj_sq = 0.0   # <intended, intended>
-        self.inj_n = 0      # elements with a nonzero injection
-        self.inj_lost = 0   # ... whose stored momentum did not change at all
-
-    def add(self, name: str, w_old: np.ndarray, w_new: np.ndarray, tt: np.ndarray | None,
-            quantized: bool) -> None:
-        if tt is not None:
-            d = (tt - w_old).astype(np.float64, copy=False).ravel()
-            self.sq += float(np.dot(d, d))
-        self.changed += int(np.count_nonzero(w_new != w_old))
-        self.n += w_old.size
-        if self.e is not None:
-            self.e[name] = (tt - w_new) if (quantized and tt is not None) else np.zeros_like(w_old)
-
-    def inject(self, intended: np.ndarray, kept: np.ndarray) -> None:
-        """Record an injection into a (possibly quantized) momentum: what was meant, what
-        the stored momentum actually moved by."""
-        a = intended.astype(np.float64, copy=False).ravel()
-        b = kept.astype(np.float64, copy=False).ravel()
-        self.inj_dot += float(np.dot(a, b))
-        self.inj_sq += float(np.dot(a, a))
-        nz = a != 0
-        self.inj_n += int(np.count_nonzero(nz))
-        self.inj_lost += int(np.count_nonzero(nz & (b == 0)))
-
-    def result(self, lr: float, bare: bool) -> dict:
-        return {
-            "e": _from_dict(self.e, bare),
-            "update_norm": math.sqrt(self.sq),
-            "changed_frac": self.changed / self.n if self.n else 0.0,
-            "lr": lr,
-            "inject_kept": self.inj_dot / self.inj_sq if self.inj_sq > 0 else math.nan,
-            "inject_lost": self.inj_lost / self.inj_n if self.inj_n else math.nan,
-        }
+    return tree
 
 
 @dataclasses.dataclass
@@ -176,7 +129,7 @@ class StepContext:
     lr_next: float | None
     key: int
     pending: bool
-    diag: _Diag | None
+    diag: StepDiagnostics | None
     lr_inject: float | None = None  # AdamW's schedule guard: the lr ECO's injection is sized by
 
 
@@ -216,7 +169,20 @@ class QuantizedOptimizer:
     # -- policy lookups ---------------------------------------------------------------------
     def weight_quantizer(self, name: str) -> Quantizer | None:
         """The quantizer of parameter ``name``'s stored weights (None: full precision)."""
-        return self._lookup(self.weights, name)
+        return self._of_param(name)[0]
+
+    def _of_param(self, name: str) -> tuple[Quantizer | None, Scheme]:
+        """``(weight quantizer, scheme record)`` of parameter ``name``, looked up once: the
+        optimizer is frozen and its policies read-only, and a step asks several times."""
+        memo = self.__dict__.get("_param_memo")
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_param_memo", memo)  # a cache, not a dataclass field
+        hit = memo.get(name)
+        if hit is None:
+            q = self._lookup(self.weights, name)
+            hit = memo[name] = (q, self.scheme_record if q is not None else REGISTRY["fp"])
+        return hit
 
     def _init_quantizer(self, name: str) -> Quantizer | None:
         policy = self.init_weights if self.init_weights is not None else self.weights
@@ -246,7 +212,7 @@ class QuantizedOptimizer:
 
     def scheme_object(self, name: str) -> Scheme:
         """The :class:`~ecosim.optim.schemes.Scheme` parameter ``name`` follows."""
-        return self.scheme_record if self.weight_quantizer(name) is not None else REGISTRY["fp"]
+        return self._of_param(name)[1]
 
     def state_buffers(self, name: str, shape: tuple[int, ...] | None = None) -> tuple[str, ...]:
         """Names of the state buffers kept for parameter ``name`` (e.g. ``("m", "v", "c")``).
@@ -485,18 +451,24 @@ class QuantizedOptimizer:
             raise ValueError(f"grads must have the structure of params: {sorted(P)} vs "
                              f"{sorted(G)}")
         t = state.step
-        G = {name: _check_grad(name, P[name], G[name], t) for name in P}
+        P = {name: native(np.asarray(w)) for name, w in P.items()}
+        G = {name: _check_grad(name, w, G[name], t) for name, w in P.items()}
         lr = self.lr_at(t)
         lr_next = self.lr_at(t + 1) if self._needs_next_lr else None
         pending = bool(getattr(state, "pending", False))
         quantized = self.scheme != "fp"
-        ctx = StepContext(t, lr, lr_next, state.key, pending, _Diag(quantized) if diagnostics else None)
+        ctx = StepContext(t, lr, lr_next, state.key, pending,
+                          StepDiagnostics(quantized) if diagnostics else None)
         out_p: dict[str, np.ndarray] = {}
         bufs: dict[str, dict[str, np.ndarray]] = {b: {} for b in self.buffers}
+        trees = {}  # each buffer's tree, its structure checked once per step
         for name, w in P.items():
-            w = native(np.asarray(w))
-            b = {k: _entry(getattr(state, k), name, bare)
-                 for k in self.state_buffers(name, w.shape)}
+            b = {}
+            for k in self.state_buffers(name, w.shape):
+                if k not in trees:
+                    trees[k] = _entry(getattr(state, k), bare)
+                tree = trees[k]
+                b[k] = tree if bare or tree is None else tree.get(name)
             missing = [k for k, v in b.items() if v is None]
             if missing:
                 raise ValueError(f"state has no {missing} for parameter {name!r}: was it built "
@@ -510,7 +482,9 @@ class QuantizedOptimizer:
         new_state = self._make_state(t + 1, state.key, bufs, bare, new_pending)
         new_params = _from_dict(out_p, bare)
         if diagnostics:
-            return new_params, new_state, ctx.diag.result(lr, bare)
+            diag = ctx.diag.result(lr)
+            diag["e"] = _from_dict(diag["e"], bare)
+            return new_params, new_state, diag
         return new_params, new_state
 
     def _init_pending(self, lr0: float | None) -> bool:
@@ -568,8 +542,9 @@ def _apply(q: Quantizer, x: np.ndarray, key: int | None) -> np.ndarray:
 
 
 def _check_grad(name: str, w: np.ndarray, g: Any, t: int) -> np.ndarray:
+    """The gradient of ``name`` (stored weights ``w``, native) checked: its shape, a dtype
+    cast to ``w``'s, every value finite (else :class:`NonFiniteGradient`)."""
     g = native(np.asarray(g))
-    w = native(np.asarray(w))
     if g.shape != w.shape:
         raise ValueError(f"gradient of parameter {name!r} has shape {g.shape}, the parameter "
                          f"{w.shape}")
@@ -577,10 +552,11 @@ def _check_grad(name: str, w: np.ndarray, g: Any, t: int) -> np.ndarray:
         if g.dtype.kind not in "fiu":
             raise TypeError(f"gradient of parameter {name!r} has dtype {g.dtype}")
         g = g.astype(w.dtype)
-    if g.size:
-        lo, hi = g.min(), g.max()  # NaN propagates through both; inf shows in one of them
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            bad = g.size - int(np.count_nonzero(np.isfinite(g)))
+    # <g, g> is finite when every value is (one BLAS call, no warning); when it is not, a value
+    # is NaN/inf or the sum overflowed: count the non-finite values to tell
+    if g.size and not math.isfinite(np.vdot(g, g)):
+        bad = g.size - int(np.count_nonzero(np.isfinite(g)))
+        if bad:
             raise NonFiniteGradient(f"gradient of parameter {name!r} has {bad} non-finite "
                                     f"values (NaN/inf) at step {t}; refusing to write them "
                                     "into the weights")

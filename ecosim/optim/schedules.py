@@ -12,6 +12,7 @@ steps followed by a cosine decay to 0.1x the peak: :func:`warmup_cosine` with it
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from typing import Any, Callable
 
@@ -48,15 +49,25 @@ def _count(value: Any, name: str) -> int:
     return int(value)
 
 
+#: steps per table of :meth:`Schedule._at`, and how many tables a schedule keeps at most
+_TABLE_BLOCK = 1024
+_TABLE_BLOCKS = 64
+_TABLE_MAX = 2**62  # larger steps take the array path (its int64 conversion)
+
+
 class Schedule:
     """Base class: ``__call__`` checks the step(s) and evaluates ``_lr`` on float64 steps.
 
     Subclasses are frozen dataclasses whose fields are the hyperparameters (hence a readable
-    ``repr`` and equality by value) and implement ``_lr(t)`` for a float64 array ``t >= 0``.
+    ``repr`` and equality by value) and implement ``_lr(t)`` for a float64 array ``t >= 0``,
+    element-wise (an element's value must not depend on the others: a single int step is
+    read from a table of its block, see :meth:`_at`).
     """
 
     def __call__(self, step: Any) -> Any:
         """The learning rate at update index ``step`` (int -> float, int array -> array)."""
+        if type(step) is int and 0 <= step < _TABLE_MAX:  # a training loop's call: a lookup
+            return self._at(step)
         if isinstance(step, (bool, np.bool_)):
             raise TypeError(f"step must be an integer or an integer array, got the bool {step!r}")
         scalar = isinstance(step, numbers.Integral)
@@ -69,6 +80,34 @@ class Schedule:
         # scalar and vectorised pow/cos may differ in the last bit).
         lr = self._lr(t.reshape(-1).astype(np.float64)).reshape(t.shape)
         return float(lr) if scalar else lr
+
+    def _at(self, t: int) -> float:
+        """``self(t)`` for a Python int ``t >= 0``, from a table of the block of
+        :data:`_TABLE_BLOCK` steps around it, evaluated once by the array path.
+
+        Bit for bit the array path's value: every operation of ``_lr`` is element-wise, so an
+        element does not depend on its neighbours (tests/test_schedules.py checks arrays
+        against single steps). A run reads one block every ``_TABLE_BLOCK`` steps; at most
+        :data:`_TABLE_BLOCKS` blocks are kept.
+        """
+        b, i = divmod(t, _TABLE_BLOCK)
+        tables = getattr(self, "_tables", None)
+        if tables is None:
+            tables = {}
+            object.__setattr__(self, "_tables", tables)  # a cache, not a dataclass field
+        row = tables.get(b)
+        if row is None:
+            if len(tables) >= _TABLE_BLOCKS:
+                tables.clear()
+            t0 = b * _TABLE_BLOCK
+            steps = np.arange(t0, t0 + _TABLE_BLOCK, dtype=np.int64).astype(np.float64)
+            with np.errstate(all="ignore"):  # the steps asked for warn below, the others not
+                row = self._lr(steps).tolist()
+            tables[b] = row
+        value = row[i]
+        if not math.isfinite(value):  # as the array path does it (its warnings included)
+            return float(self._lr(np.array([t], np.int64).astype(np.float64))[0])
+        return value
 
     def _lr(self, t: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
