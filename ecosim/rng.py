@@ -7,8 +7,9 @@ key with the SplitMix64 finaliser (Steele, Lea, Flood, OOPSLA 2014):
 
     x = mix32(lo32(c) ^ k0);  x = mix32(x ^ k1 ^ mix32(hi32(c) + GOLDEN32)).
 
-Nothing is sequential: any slice of a stream can be produced on its own (chunks, a torch
-mirror using int64 arithmetic and masks), and the same (key, counter) always gives the same
+The hash itself is :func:`ecosim.bitops.hash_block`, written once for NumPy and torch.
+Nothing is sequential: any slice of a stream can be produced on its own (chunks, the torch
+mirror), and the same (key, counter) always gives the same
 bits. Everything is 32-bit integer arithmetic, which is what makes it fast in NumPy (SR's cost
 is dominated by its random bits). For a fixed key and high counter word the map from the low
 word is a bijection (each step is invertible).
@@ -24,6 +25,8 @@ import hashlib
 import numbers
 
 import numpy as np
+
+from .bitops import M32A, M32B, NUMPY_WORDS, hash_block
 
 __all__ = ["random_bits", "fold_in", "split_key", "as_key", "mix32_int", "counter_blocks",
            "seed_and_counter"]
@@ -82,7 +85,6 @@ def random_bits(key, counter: int = 0, size: int | tuple = 1) -> np.ndarray:
     return out.reshape(shape)
 
 
-_M32A, _M32B = 0x7FEB352D, 0x846CA68B
 GOLDEN32 = 0x9E3779B9
 _MASK32 = 0xFFFFFFFF
 
@@ -92,25 +94,10 @@ def mix32_int(x: int) -> int:
     NumPy and torch random bits share."""
     x &= _MASK32
     x ^= x >> 16
-    x = (x * _M32A) & _MASK32
+    x = (x * M32A) & _MASK32
     x ^= x >> 15
-    x = (x * _M32B) & _MASK32
+    x = (x * M32B) & _MASK32
     return x ^ (x >> 16)
-
-
-_U15, _U16, _UA, _UB = (np.uint32(v) for v in (15, 16, _M32A, _M32B))
-
-
-def _mix32(x: np.ndarray, t: np.ndarray) -> None:
-    """lowbias32, in place on a uint32 array (``t`` is scratch space of the same size)."""
-    np.right_shift(x, _U16, out=t)
-    x ^= t
-    x *= _UA
-    np.right_shift(x, _U15, out=t)
-    x ^= t
-    x *= _UB
-    np.right_shift(x, _U16, out=t)
-    x ^= t
 
 
 def fill_bits(seed: int, counter: int, out: np.ndarray) -> np.ndarray:
@@ -129,12 +116,9 @@ def fill_bits(seed: int, counter: int, out: np.ndarray) -> np.ndarray:
     blocks = ([(0, n, lo, (counter & _MASK64) >> 32)] if 0 < n <= _BLOCK and lo + n <= 1 << 32
               else counter_blocks(counter, n, _BLOCK))
     for pos, m, lo, hi in blocks:
-        x = out[pos:pos + m]
-        np.add(_BASE[:m], np.uint32(lo), out=x)  # no wrap: lo + m <= 2**32
-        x ^= np.uint32(k0)
-        _mix32(x, t[:m])
-        x ^= np.uint32(k1 ^ mix32_int(hi + GOLDEN32))
-        _mix32(x, t[:m])
+        # no wrap: lo + m <= 2**32
+        hash_block(out[pos:pos + m], _BASE, lo, k0, k1 ^ mix32_int(hi + GOLDEN32), t[:m],
+                   NUMPY_WORDS)
     return out
 
 

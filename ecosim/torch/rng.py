@@ -1,16 +1,15 @@
 """Torch mirror of :mod:`ecosim.rng`: the same counter-based bits, on any device.
 
-Element ``i`` of a stream is ``h(key, counter + i)`` with exactly the hash of
-:func:`ecosim.rng.fill_bits` (two rounds of the 32-bit lowbias32 mixer keyed by the SplitMix64
-words of the key, 64-bit counter split into low and high 32-bit words), so NumPy and torch give
-the same uint32 values for the same ``(key, counter)``.
+Element ``i`` of a stream is ``h(key, counter + i)``, computed by the very function NumPy's
+:func:`ecosim.rng.fill_bits` calls (:func:`ecosim.bitops.hash_block`: two rounds of the 32-bit
+lowbias32 mixer keyed by the SplitMix64 words of the key, 64-bit counter split into low and
+high 32-bit words), so NumPy and torch give the same uint32 values for the same
+``(key, counter)``.
 
-Representation: torch has no usable unsigned 32-bit arithmetic (``torch.uint32`` lacks add
-and shifts in 2.x, and its multiply is not vectorized), so the mixer runs on **int32 words
-holding the two's complement of the uint32 values**: a logical right shift is the arithmetic
-one masked to its low bits, and a product keeps the low 32 bits of the unsigned product
-(two's-complement wrap-around, what torch's int32 multiply does on every backend: the bit
-identity with NumPy, tested on every run, checks it). Counters are added to ``0..m-1`` in
+Representation: the mixer runs through torch's word shim (:mod:`ecosim.torch.bitops`) on
+**int32 words holding the two's complement of the uint32 values** (torch has no usable
+unsigned 32-bit arithmetic; the bit identity with NumPy, tested on every run, checks the
+wrap-around this relies on). Counters are added to ``0..m-1`` in
 blocks that never cross ``2**31``, so that addition does not wrap. Public results
 (:func:`random_bits`, :func:`fill_bits`) are **int64 tensors holding values in [0, 2**32)**;
 :func:`fill_bits32` gives the int32 words themselves, which is what SR rounding consumes.
@@ -31,44 +30,16 @@ import numbers
 
 import torch
 
+from ..bitops import hash_block
 from ..rng import (GOLDEN32, as_key, counter_blocks, fold_in, mix32_int, seed_of,
                    split_key)
+from .bitops import TORCH_WORDS
 
 __all__ = ["random_bits", "fold_in", "split_key", "as_key"]
 
 _MASK32 = 0xFFFFFFFF
-
-
-def _s32(v: int) -> int:
-    """The int32 value with the low 32 bits of ``v`` (two's complement)."""
-    v &= _MASK32
-    return v - (1 << 32) if v >= 1 << 31 else v
-
-
-# lowbias32 constants, as int32 values with their bits.
-_M32A = _s32(0x7FEB352D)
-_M32B = _s32(0x846CA68B)
 _CPU_CHUNK = 1 << 15  # elements per chunk of int64 work elsewhere (ecosim.torch.quantizer)
 _CPU_BITS_CHUNK = 1 << 18  # elements per chunk of int32 work (the mixer, the rounding kernel)
-
-
-def _mix32(x: torch.Tensor, t: torch.Tensor) -> None:
-    """lowbias32 (C. Wellons), the mixer of :func:`ecosim.rng._mix32`, in place on int32 words.
-
-    ``t`` is scratch space of the same size. ``(x >> s) & (2**(32-s) - 1)`` is the logical
-    shift of the uint32 word.
-    """
-    torch.bitwise_right_shift(x, 16, out=t)
-    t &= 0xFFFF
-    x ^= t
-    x *= _M32A
-    torch.bitwise_right_shift(x, 15, out=t)
-    t &= 0x1FFFF
-    x ^= t
-    x *= _M32B
-    torch.bitwise_right_shift(x, 16, out=t)
-    t &= 0xFFFF
-    x ^= t
 
 
 def chunk_size(device: torch.device, n: int) -> int:
@@ -103,16 +74,13 @@ def fill_bits32(seed: int, counter: int, out: torch.Tensor, work=None) -> torch.
     """
     out = out.view(-1)
     n = out.numel()
-    k0, k1 = _s32(seed), seed >> 32
+    k0, k1 = seed & _MASK32, seed >> 32
     step = bits_chunk_size(out.device, n)
     base, t = work if work is not None else make_work(out.device, min(n, step))
     for pos, m, lo, hi in _blocks(counter, n, step):
-        x = out[pos:pos + m]
-        torch.add(base[:m], _s32(lo), out=x)  # the block does not cross 2**31: no wrap
-        x ^= k0
-        _mix32(x, t[:m])
-        x ^= _s32(k1 ^ mix32_int(hi + GOLDEN32))
-        _mix32(x, t[:m])
+        # the block does not cross 2**31: the int32 addition does not wrap
+        hash_block(out[pos:pos + m], base, lo, k0, k1 ^ mix32_int(hi + GOLDEN32), t[:m],
+                   TORCH_WORDS)
     return out
 
 

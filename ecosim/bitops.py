@@ -1,0 +1,160 @@
+"""Bit-level rules written once for NumPy and torch: the random-bit mixer and the rounding carry.
+
+Each rule here is a function of arrays and a *word shim*, a small object that supplies what
+the array-API standard leaves out or that the two libraries spell differently: a logical right
+shift into a buffer, a constant of the word type, and the extraction of a field of random words.
+The rules use only what both libraries share besides: in-place ``^=``, ``&=``, ``+=``, ``*=``,
+``<<=`` and ``>>=`` with wrap-around modulo the word width. :data:`NUMPY_WORDS` is NumPy's shim
+(unsigned words: ``uint32`` or ``uint64``); ``ecosim.torch.bitops.TORCH_WORDS`` is torch's
+(``int32`` or ``int64`` words holding the two's complement of the unsigned bits, since torch
+has no usable unsigned arithmetic). The same rule run through either shim gives the same bits,
+which is what the NumPy/torch bit-identity tests check.
+
+A shim has:
+
+- ``shr(x, s, out)``: the logical right shift of the words ``x`` by ``s`` bits, into ``out``.
+- ``word(v, like)``: the Python int ``v`` (taken modulo the word width) as a scalar of the
+  words ``like``, ready for in-place arithmetic.
+- ``add(x, v, out)``: the words ``x`` plus the Python int ``v`` (modulo the width), into ``out``.
+- ``field(words, lo, n, out)``: bits ``lo .. lo+n-1`` of ``words`` (random words of any
+  integer dtype, or the rounded bits themselves; a signed word's bits are its two's
+  complement), as the words of ``out``, written there.
+
+Used by :mod:`ecosim.rng` and :mod:`ecosim.rounding` and by their torch counterparts.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["NumpyWords", "NUMPY_WORDS", "mix32", "hash_block", "sr_addend", "add_rounding",
+           "round_bits", "M32A", "M32B"]
+
+#: lowbias32's two multipliers (C. Wellons' hash-prospector).
+M32A, M32B = 0x7FEB352D, 0x846CA68B
+
+
+@lru_cache(maxsize=1024)
+def _np_word(v: int, dtype: np.dtype):
+    return dtype.type(v & ((1 << (8 * dtype.itemsize)) - 1))
+
+
+class NumpyWords:
+    """The word shim of NumPy: unsigned words, whose right shift is already logical."""
+
+    @staticmethod
+    def shr(x: np.ndarray, s: int, out: np.ndarray) -> None:
+        np.right_shift(x, _np_word(s, x.dtype), out=out)
+
+    @staticmethod
+    def word(v: int, like: np.ndarray):
+        return _np_word(v, like.dtype)
+
+    @staticmethod
+    def add(x: np.ndarray, v: int, out: np.ndarray) -> None:
+        np.add(x, _np_word(v, x.dtype), out=out)
+
+    @staticmethod
+    def field(words: np.ndarray, lo: int, n: int, out: np.ndarray) -> None:
+        if words.dtype != out.dtype:
+            words = words.astype(out.dtype)  # non-negative words: only low bits are read
+        np.right_shift(words, _np_word(lo, out.dtype), out=out)
+        if lo + n < 8 * out.dtype.itemsize:
+            out &= _np_word((1 << n) - 1, out.dtype)
+
+
+#: NumPy's word shim.
+NUMPY_WORDS = NumpyWords()
+
+
+def mix32(x, t, ops) -> None:
+    """lowbias32 (C. Wellons' xorshift-multiply integer hash), in place on 32-bit words ``x``.
+
+    ``t`` is scratch space like ``x``; ``ops`` the word shim.
+    """
+    ops.shr(x, 16, t)
+    x ^= t
+    x *= ops.word(M32A, x)
+    ops.shr(x, 15, t)
+    x ^= t
+    x *= ops.word(M32B, x)
+    ops.shr(x, 16, t)
+    x ^= t
+
+
+def hash_block(x, base, lo: int, k0: int, k1: int, t, ops) -> None:
+    """The random words of ``x.size`` consecutive counters with low words ``lo, lo+1, ...`` (no
+    wrap) under the key words ``k0`` and ``k1`` (the latter already mixed with the high counter
+    word): ``mix32(mix32(lo + i ^ k0) ^ k1)``, into the 32-bit words ``x``.
+
+    ``base`` holds ``0, 1, ...`` (at least ``x``'s size) and ``t`` is scratch like ``x``. The
+    words of ``x`` are of the shim's kind (:mod:`ecosim.rng` gives the construction).
+    """
+    ops.add(base[:x.shape[0]], lo, x)
+    x ^= ops.word(k0, x)
+    mix32(x, t, ops)
+    x ^= ops.word(k1, x)
+    mix32(x, t, ops)
+
+
+def sr_addend(plan, rbits, a, r, ops) -> None:
+    """Write into ``r`` what SR adds to the bits ``a`` before ``plan.sh`` low bits are dropped.
+
+    ``"floor"``: the top ``sh`` of the low ``nbits`` random bits, aligned with the dropped bits
+    (a carry out of them is ``r + floor(p * 2**nbits) >= 2**nbits``: see :func:`add_rounding`).
+    ``"nearest"`` with ``k = sh - nbits > 0``: also ``2**(k-1) - 1`` plus bit ``k`` of ``a``, the
+    ties-to-even rounding of the low ``sh`` bits to their top ``nbits``, so the carry is
+    ``(r << k) + low' >= 2**sh`` with ``low'`` the rounded low bits (whose own low ``k`` bits
+    cannot add a carry: both sides are then multiples of ``2**k``), i.e. ``r + t >= 2**nbits``
+    with ``t = rint(p * 2**nbits)``. The addend stays below ``2**sh`` (``2**sh - 2**k + 2**(k-1)``
+    at most), as for the floor rule, so nothing new can round past max. ``a`` may hold the
+    sign bit too: only its bits below the sign are read.
+    """
+    sh, nb = plan.sh, plan.nbits
+    if nb >= sh:
+        ops.field(rbits, nb - sh, sh, r)
+        return
+    k = sh - nb
+    ops.field(rbits, 0, nb, r)
+    r <<= ops.word(k, r)
+    if plan.sr_rule == "nearest":
+        r += (a >> ops.word(k, a)) & ops.word(1, a)  # bit k of a (below the sign bit)
+        r += ops.word((1 << (k - 1)) - 1, r)
+
+
+def add_rounding(plan, a, r, rbits, ops) -> None:
+    """Write into ``r`` the bits ``a`` plus what rounds them when ``plan.sh`` low bits are
+    dropped: truncating ``r`` afterwards gives the rounded magnitude (a carry out of the dropped
+    bits is the step up, and it carries into the exponent).
+
+    RTN: half a step (``2**(sh-1)``); ties to even adds half a step minus one plus the kept
+    part's lowest bit instead. SR: with ``j = nbits - sh >= 0``, ``r + (low << j) >= 2**nbits``
+    is exactly ``(r >> j) + low >= 2**sh``, a carry out of the dropped bits (with ``j < 0``,
+    ``(r << -j) + low >= 2**sh``), so adding the scaled random word (:func:`sr_addend`) and
+    truncating is the count rule of docs/theory.md §2.2 itself, bit for bit.
+
+    ``a`` is magnitude bits, or the bits with their sign where the caller knows no carry reaches
+    the sign bit; ``r`` is a distinct buffer of the same words.
+    """
+    sh = plan.sh
+    if plan.sr:
+        sr_addend(plan, rbits, a, r, ops)
+        r += a
+    elif sh == 0:
+        r[...] = a
+    elif plan.fmt.ties == "even":
+        ops.field(a, sh, 1, r)  # the kept part's lowest bit
+        r += a
+        r += ops.word((1 << (sh - 1)) - 1, r)
+    else:
+        ops.add(a, 1 << (sh - 1), r)
+
+
+def round_bits(plan, a, r, rbits, ops) -> None:
+    """:func:`add_rounding` and the truncation of the ``plan.sh`` dropped bits: ``r`` holds the
+    rounded bits (the carry goes into the exponent; overflow past max is not handled here)."""
+    add_rounding(plan, a, r, rbits, ops)
+    if plan.sh:
+        r &= ops.word(~((1 << plan.sh) - 1), r)

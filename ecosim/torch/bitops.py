@@ -1,0 +1,61 @@
+"""torch's word shim for the rules of :mod:`ecosim.bitops`.
+
+torch has no usable unsigned 32-bit arithmetic (``torch.uint32`` lacks add and shifts in 2.x,
+and its multiply is not vectorized), so the words are **int32 (or int64) tensors holding the
+two's complement of the unsigned bits**: a logical right shift is the arithmetic one masked to
+its low bits, a product keeps the low bits of the unsigned product (two's-complement
+wrap-around, what torch's integer multiply does on every backend), and a constant is the signed
+value with its bits. With this shim the shared rules give NumPy's bits on any device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["TorchWords", "TORCH_WORDS", "signed_word"]
+
+
+def signed_word(v: int, bits: int = 32) -> int:
+    """The signed ``bits``-bit integer with the low ``bits`` bits of ``v`` (two's complement)."""
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
+def _width(x: torch.Tensor) -> int:
+    return 64 if x.dtype == torch.int64 else 32
+
+
+class TorchWords:
+    """The word shim of torch: signed int32/int64 words holding unsigned bits."""
+
+    @staticmethod
+    def shr(x: torch.Tensor, s: int, out: torch.Tensor) -> None:
+        torch.bitwise_right_shift(x, s, out=out)
+        if s:
+            out &= (1 << (_width(x) - s)) - 1
+
+    @staticmethod
+    def word(v: int, like: torch.Tensor) -> int:
+        return signed_word(v, _width(like))
+
+    @staticmethod
+    def add(x: torch.Tensor, v: int, out: torch.Tensor) -> None:
+        torch.add(x, signed_word(v, _width(x)), out=out)
+
+    @staticmethod
+    def field(words: torch.Tensor, lo: int, n: int, out: torch.Tensor) -> None:
+        if words.dtype == out.dtype:
+            torch.bitwise_right_shift(words, lo, out=out)
+            if lo + n < _width(out) or lo:
+                out &= (1 << n) - 1
+            return
+        w = words.to(torch.int64)
+        if words.dtype == torch.int32:
+            w &= 0xFFFFFFFF  # the unsigned word (w is a new tensor)
+        w = w >> lo  # not in place: `w` may be `words` itself
+        w &= (1 << n) - 1
+        out.copy_(w)
+
+
+#: torch's word shim.
+TORCH_WORDS = TorchWords()
