@@ -4,7 +4,8 @@
 mantissa bits and an input with ``S`` (23 for float32, 52 for float64), every input whose
 magnitude is at least the format's smallest normal is rounded on its own bit pattern: the low
 ``S - M`` bits are the exact fraction ``p`` between the two neighbours, and adding a carry to the
-kept bits is exactly "go to the next representable value" (it carries into the exponent).
+kept bits is exactly "go to the next representable value" (it carries into the exponent);
+that rule is :func:`ecosim.bitops.round_bits`, which the torch backend runs as well.
 Inputs below the smallest normal lie on a uniform grid of step ``2**(emin - M)`` and are rounded
 by exact power-of-two scaling and ``rint``/``floor``. Integer formats use the same uniform rule
 with step 1.
@@ -24,6 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import rng
+from .bitops import NUMPY_WORDS, round_bits
 from ._checks import check_bool, native
 from .formats import Format, get
 
@@ -331,73 +333,15 @@ def _sr_units(plan: _Plan, scaled: np.ndarray, udt) -> np.ndarray:
     return t.astype(udt)
 
 
-def _sr_addend(plan: _Plan, rbits: np.ndarray, a: np.ndarray, r: np.ndarray) -> None:
-    """Write into ``r`` what SR adds to the magnitude bits ``a`` before truncating ``sh`` bits.
-
-    ``"floor"``: the top ``sh`` of the ``nbits`` random bits, aligned with the dropped bits (a
-    carry out of them is ``r + floor(p * 2**nbits) >= 2**nbits``: see :func:`_float_kernel`).
-    ``"nearest"`` with ``k = sh - nbits > 0``: also ``2**(k-1) - 1`` plus bit ``k`` of ``a``, the
-    ties-to-even rounding of the low ``sh`` bits to their top ``nbits``, so the carry is
-    ``(r << k) + low' >= 2**sh`` with ``low'`` the rounded low bits (whose own low ``k`` bits
-    cannot add a carry: both sides are then multiples of ``2**k``), i.e. ``r + t >= 2**nbits``
-    with ``t = rint(p * 2**nbits)``. The addend stays below ``2**sh`` (``2**sh - 2**k + 2**(k-1)``
-    at most), as for the floor rule, so nothing new can round past max.
-    """
-    U = plan.src.udtype.type
-    sh = plan.sh
-    if rbits.dtype == plan.src.udtype and plan.nbits == 8 * rbits.dtype.itemsize:
-        rr = rbits
-    else:
-        rr = rbits.astype(plan.src.udtype) & U((1 << plan.nbits) - 1)
-    if plan.nbits >= sh:
-        np.right_shift(rr, U(plan.nbits - sh), out=r)
-    else:
-        k = sh - plan.nbits
-        np.left_shift(rr, U(k), out=r)
-        if plan.sr_rule == "nearest":
-            r += (a >> U(k)) & U(1)
-            r += U((1 << (k - 1)) - 1)
-
-
-def _add_rounding(plan: _Plan, a: np.ndarray, r: np.ndarray, rbits) -> None:
-    """Write into ``r`` the magnitude bits ``a`` plus what rounds them when ``plan.sh`` low bits
-    are dropped: truncating ``r`` afterwards gives the rounded magnitude (a carry out of the
-    dropped bits is the step up, and it carries into the exponent).
-
-    RTN: half a step (``2**(sh-1)``); ties to even adds half a step minus one plus the kept
-    part's lowest bit instead. SR: with ``j = nbits - sh >= 0``, ``r + (low << j) >= 2**nbits``
-    is exactly ``(r >> j) + low >= 2**sh``, a carry out of the dropped bits (with ``j < 0``,
-    ``(r << -j) + low >= 2**sh``), so adding the scaled random word (:func:`_sr_addend`) and
-    truncating is the count rule of docs/theory.md §2.2 itself, bit for bit. Shared by the
-    value kernel (:func:`_float_kernel`) and the code kernel (:func:`_float_code_kernel`).
-    """
-    U = plan.src.udtype.type
-    sh = plan.sh
-    if plan.sr:
-        _sr_addend(plan, rbits, a, r)
-        r += a
-    elif sh == 0:
-        r[...] = a
-    elif plan.fmt.ties == "even":
-        np.right_shift(a, U(sh), out=r)
-        r &= U(1)
-        r += a
-        r += U((1 << (sh - 1)) - 1)
-    else:
-        np.add(a, U(1 << (sh - 1)), out=r)
-
-
 def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=False) -> None:
     fmt, src = plan.fmt, plan.src
     U = src.udtype.type
     b = x.view(src.udtype)
     a = b & U(_absmask(src))  # magnitude bits: monotone in |x|
     sign = b ^ a
-    sh = plan.sh
     r = out.view(src.udtype)  # the rounded magnitude is built in place in the output
-    _add_rounding(plan, a, r, rbits)
-    if sh:
-        r &= ~U((1 << sh) - 1)  # truncation: the carry out of the dropped bits is the rounding
+    # the carry out of the dropped bits, then truncation, is the rounding (ecosim.bitops)
+    round_bits(plan, a, r, rbits, NUMPY_WORDS)
 
     # Below the smallest normal: a uniform grid (subnormals, flush-to-zero, or no zero at all).
     # One reduction says whether there is any (the mask is built only then).

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .rounding import (_absmask, _add_rounding, _float_kernel, _int_kernel, _Plan,
-                       _small_values)
+from .bitops import NUMPY_WORDS, add_rounding
+from .rounding import _absmask, _float_kernel, _int_kernel, _Plan, _small_values
 
 
 def _code_kernel(plan: _Plan, x: np.ndarray, codes: np.ndarray, rbits, *, no_over=False,
@@ -60,7 +60,7 @@ def _float_code_kernel(plan: _Plan, x, codes, rbits, no_over: bool, defer: bool)
         np.subtract(a if fmt.signed else b, U(plan.minnorm), out=r)
         cand = r > U(plan.hi - plan.minnorm)
     sh = plan.sh
-    _add_rounding(plan, a, r, rbits)
+    add_rounding(plan, a, r, rbits, NUMPY_WORDS)
     if sh:
         r >>= U(sh)  # the truncation and the shift to the mantissa field at once
     np.copyto(codes, r, casting="unsafe")  # modulo 2**(code bits): the subtraction wraps alike

@@ -2,7 +2,8 @@
 
 The algorithm is :mod:`ecosim.rounding`'s, on the bit pattern of the working float (float32
 for float32/float16/bfloat16 input, float64 for float64): above the format's smallest normal,
-rounding is "add a carry to the kept bits and truncate"; below it, the input is a uniform grid
+rounding is "add a carry to the kept bits and truncate", the one rule both backends run
+(:func:`ecosim.bitops.round_bits`, through torch's word shim); below it, the input is a uniform grid
 point count and is rounded with integer shifts. The plan constants (bit patterns of max, inf,
 the smallest normal) come from the NumPy module itself, so both backends use one set of
 numbers.
@@ -33,6 +34,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from ..bitops import round_bits
 from ..checks import check_bool, native
 from ..formats import Format, get
 from ..rounding import MODES, SR_RULES
@@ -42,6 +44,7 @@ from ..rounding import representable as _representable
 from ..rng import fill_bits, seed_and_counter
 from ..rounding import src_for as _src_for
 from . import rng as trng
+from .bitops import TORCH_WORDS
 
 __all__ = ["quantize", "MODES"]
 
@@ -186,8 +189,7 @@ def _run_chunks(plan: _Plan, b: torch.Tensor, out: torch.Tensor, bits_src) -> No
         wide_bits = None if narrow else torch.empty(m, dtype=torch.int64, device=b.device)
     small_idx, small_bits = [], []
     ws = (torch.empty(m, dtype=b.dtype, device=b.device),
-          torch.empty(m, dtype=b.dtype, device=b.device),
-          torch.empty(m if bits_src is not None else 0, dtype=torch.int64, device=b.device))
+          torch.empty(m, dtype=b.dtype, device=b.device))
     for lo in range(0, n, step):
         hi = min(lo + step, n)
         r = None
@@ -298,92 +300,33 @@ def from_work_bits(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws) -> torch.Tensor:
     """Rounded bits of the working-float bits ``b`` into ``r`` (ecosim.rounding._float_kernel).
 
-    ``ws`` is scratch space: two buffers of ``b``'s size and dtype and one int64 buffer (reused
-    across chunks: fresh CPU temporaries cost a page fault per 4 KiB). ``rbits`` (SR) are int64
+    ``ws`` is scratch space: two buffers of ``b``'s size and dtype (reused across chunks: fresh
+    CPU temporaries cost a page fault per 4 KiB). ``rbits`` (SR) are int64
     words or int32 ones (two's complement of the uint32 words, for float32 work). Returns the
     indices of the inputs below the smallest normal, whose ``r`` is not final yet.
     """
     fmt = plan.fmt
     sign = _signbit(plan.src.mant == 52)
-    a, t, u = ws
+    a, t = ws
     torch.bitwise_and(b, ~sign, out=a)  # magnitude bits: monotone in |x|
     amin, amax = (int(v) for v in torch.aminmax(a))
-    sh = plan.sh
-    lowmask = (1 << sh) - 1
-    if amax <= plan.hi and fmt.signed and sh and (plan.sr or fmt.ties == "even"):
+    if amax <= plan.hi and fmt.signed and plan.sh and (plan.sr or fmt.ties == "even"):
         # No NaN or inf, and nothing rounds past max (plan.hi: max, plus just under half a
-        # step for RTN), so the carry never reaches the sign bit: round the bits
-        # with their sign (`r` is then final wherever the input is at least the smallest
-        # normal), skipping the overflow, sign and NaN rules of _finish.
-        if plan.sr:
-            _sr_addend(plan, rbits, b, t, u)
-            torch.add(b, t, out=r)
-        else:
-            # Ties to even: add half a step minus one, plus the kept part's lowest bit.
-            torch.bitwise_right_shift(b, sh, out=r)
-            r &= 1
-            r += b
-            r += (1 << (sh - 1)) - 1
-        r &= ~lowmask
+        # step for RTN), so the carry never reaches the sign bit: round the bits with their
+        # sign (`r` is then final wherever the input is at least the smallest normal), with
+        # NumPy's rule (ecosim.bitops), skipping the overflow, sign and NaN rules of _finish.
+        round_bits(plan, b, r, rbits, TORCH_WORDS)
     else:
         # NaN inputs become inf here, so no carry below can overflow; `a` still knows they
         # are NaN.
-        torch.clamp(a, max=plan.infbits, out=r)
-        if plan.sr:
-            _sr_addend(plan, rbits, r, t, u)
-            r += t
-            r &= ~lowmask
-        elif sh == 0:
-            pass
-        elif fmt.ties == "even":
-            torch.bitwise_right_shift(r, sh, out=t)
-            t &= 1
-            r += t
-            r += (1 << (sh - 1)) - 1
-            r &= ~lowmask
-        else:
-            r += 1 << (sh - 1)
-            r &= ~lowmask
+        torch.clamp(a, max=plan.infbits, out=t)
+        round_bits(plan, t, r, rbits, TORCH_WORDS)
         _finish(plan, b, a, r, t)
     # Below the smallest normal: a uniform grid (subnormals, flush-to-zero, or no zero at all),
     # done by the caller on these indices.
     if amin >= plan.minnorm:
         return a.new_empty(0, dtype=torch.int64)
     return _below(a, plan.minnorm, t)
-
-
-def _sr_addend(plan: _Plan, rbits: torch.Tensor, r: torch.Tensor, t: torch.Tensor,
-               u: torch.Tensor) -> None:
-    """Write into ``t`` what SR adds to the bits ``r`` (magnitude, or with the sign) before
-    truncating ``plan.sh`` bits (ecosim.rounding._sr_addend).
-
-    The top ``sh`` of the ``nbits`` random bits: the count rule of docs/theory.md §2.2 (proved
-    in ecosim.rounding); with ``sr_rule="nearest"`` and ``k = sh - nbits > 0`` also
-    ``2**(k-1) - 1`` plus bit ``k`` of ``r``. The addend is below ``2**sh``. ``u`` is int64
-    scratch space, used for int64 words.
-    """
-    sh, nb = plan.sh, plan.nbits
-    if rbits.dtype == torch.int32:
-        # The words' two's complement: the low nbits of the uint32 word, shifted logically.
-        if nb >= sh:
-            torch.bitwise_right_shift(rbits, nb - sh, out=t)
-            t &= (1 << sh) - 1
-        else:
-            torch.bitwise_and(rbits, (1 << nb) - 1, out=t)
-            t <<= sh - nb
-    else:
-        torch.bitwise_and(rbits, (1 << nb) - 1, out=u)
-        if nb >= sh:
-            u >>= nb - sh
-        else:
-            u <<= sh - nb
-        t.copy_(u)
-    if nb < sh and plan.sr_rule == "nearest":
-        # Ties-to-even rounding of the dropped bits to their top nbits (as NumPy's
-        # _sr_addend): bit k of the magnitude plus 2**(k-1) - 1; still below 2**sh.
-        k = sh - nb
-        t += (r >> k) & 1
-        t += (1 << (k - 1)) - 1
 
 
 def _finish(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor, t=None) -> None:
