@@ -30,7 +30,7 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = ["NumpyWords", "NUMPY_WORDS", "mix32", "hash_block", "sr_addend", "add_rounding",
-           "round_bits", "M32A", "M32B"]
+           "round_bits", "nan_words", "M32A", "M32B"]
 
 #: lowbias32's two multipliers (C. Wellons' hash-prospector).
 M32A, M32B = 0x7FEB352D, 0x846CA68B
@@ -158,3 +158,23 @@ def round_bits(plan, a, r, rbits, ops) -> None:
     add_rounding(plan, a, r, rbits, ops)
     if plan.sh:
         r &= ops.word(~((1 << plan.sh) - 1), r)
+
+
+def nan_words(plan) -> tuple[int, int]:
+    """The whole bit patterns (unsigned, sign included) of what a NaN input (or a NaN
+    overflow) becomes in the working float, for a positive and for a negative input.
+
+    A quiet NaN with the input's sign; fnuz formats have one NaN (the sign bit set, as
+    ``ml_dtypes``), unsigned formats the positive one; a format without NaN, not saturating,
+    gives a zero of the opposite sign (what an ``ml_dtypes`` cast does).
+    """
+    fmt, src = plan.fmt, plan.src
+    signbit = 1 << (8 * src.udtype.itemsize - 1)
+    qnan = plan.infbits | (1 << (src.mant - 1))
+    if fmt.nan == "none" and not plan.saturate:
+        return signbit, 0
+    if fmt.nan == "fnuz":
+        return qnan | signbit, qnan | signbit
+    if not fmt.signed:
+        return qnan, qnan
+    return qnan, qnan | signbit

@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import rng
-from .bitops import NUMPY_WORDS, round_bits
+from .bitops import NUMPY_WORDS, nan_words, round_bits
 from ._checks import check_bool, native
 from .formats import Format, get
 
@@ -416,19 +416,13 @@ def _small_values(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
 
 
 def _nan_bits(plan: _Plan, negative: np.ndarray) -> np.ndarray:
-    """Full bit patterns of the NaN that a NaN input (or a NaN overflow) becomes."""
-    fmt, src = plan.fmt, plan.src
-    U = src.udtype.type
-    qnan = U(plan.infbits | (1 << (src.mant - 1)))
-    signbit = U(1 << (8 * src.udtype.itemsize - 1))
-    if fmt.nan == "none" and not plan.saturate:
-        # ml_dtypes maps NaN to a zero of the opposite sign in formats without NaN.
-        return np.where(negative, U(0), signbit).astype(src.udtype)
-    if fmt.nan == "fnuz":
-        return np.full(negative.shape, qnan | signbit, src.udtype)
-    if not fmt.signed:
-        return np.full(negative.shape, qnan, src.udtype)
-    return np.where(negative, qnan | signbit, qnan).astype(src.udtype)
+    """Full bit patterns of the NaN that a NaN input (or a NaN overflow) becomes
+    (:func:`ecosim.bitops.nan_words`)."""
+    U = plan.src.udtype.type
+    pos, neg = nan_words(plan)
+    if pos == neg:
+        return np.full(negative.shape, U(pos), plan.src.udtype)
+    return np.where(negative, U(neg), U(pos)).astype(plan.src.udtype)
 
 
 def _int_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:

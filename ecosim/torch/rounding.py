@@ -34,7 +34,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from ..bitops import round_bits
+from ..bitops import nan_words, round_bits
 from ..checks import check_bool, native
 from ..formats import Format, get
 from ..rounding import MODES, SR_RULES
@@ -44,7 +44,7 @@ from ..rounding import representable as _representable
 from ..rng import fill_bits, seed_and_counter
 from ..rounding import src_for as _src_for
 from . import rng as trng
-from .bitops import TORCH_WORDS
+from .bitops import TORCH_WORDS, signed_word
 
 __all__ = ["quantize", "MODES"]
 
@@ -357,25 +357,21 @@ def _finish(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor, t=No
         unsigned_nan = neg | (a == 0)  # no sign, no zero: NaN as ml_dtypes gives
         special = unsigned_nan if special is None else special | unsigned_nan
     if special is not None and bool(special.any()):
-        nan = _nan_bits(plan, b < 0 if neg is None else neg, sign)
+        nan = _nan_bits(plan, b < 0 if neg is None else neg)
         if isinstance(nan, int):
             r.masked_fill_(special, nan)
         else:
             torch.where(special, nan, r, out=r)
 
 
-def _nan_bits(plan: _Plan, neg: torch.Tensor, sign: int):
-    """Full bit patterns of the NaN a NaN input (or a NaN overflow) becomes (as NumPy's)."""
-    fmt, src = plan.fmt, plan.src
-    qnan = plan.infbits | (1 << (src.mant - 1))
-    if fmt.nan == "none" and not plan.saturate:
-        # ml_dtypes maps NaN to a zero of the opposite sign in formats without NaN.
-        return torch.where(neg, 0, sign).to(_int_of(src))
-    if fmt.nan == "fnuz":
-        return qnan | sign
-    if not fmt.signed:
-        return qnan
-    return torch.where(neg, qnan | sign, qnan).to(_int_of(src))
+def _nan_bits(plan: _Plan, neg: torch.Tensor):
+    """Full bit patterns of the NaN a NaN input (or a NaN overflow) becomes
+    (:func:`ecosim.bitops.nan_words`): an int where it is one for both signs."""
+    wide = plan.src.mant == 52
+    pos, negw = (signed_word(v, 64 if wide else 32) for v in nan_words(plan))
+    if pos == negw:
+        return pos
+    return torch.where(neg, negw, pos).to(_int_of(plan.src))
 
 
 def _int_of(src) -> torch.dtype:
