@@ -84,7 +84,11 @@ def _assert_same_state(a, b):
         assert oa.get("ecosim_t") == ob.get("ecosim_t")
 
 
-@pytest.mark.parametrize("method", ["fp8_eco_sr", "fp8_master_rtn"])
+# fp8_master_rtn is slow (~45 s of torchrun on the shared machine): the loop's FSDP equality is
+# fp8_eco_sr's claim here, and the master scheme's sharded optimizer states are checked bit for
+# bit by test_optimizer_on_uneven_shards (ECOAdamW scheme="master" on uneven shards)
+@pytest.mark.parametrize("method", ["fp8_eco_sr",
+                                    pytest.param("fp8_master_rtn", marks=pytest.mark.slow)])
 def test_fsdp_two_processes_equal_one_with_accumulation(corpus, tmp_path, reference, method,
                                                         torchrun):
     rec1, ck1 = reference(method)
