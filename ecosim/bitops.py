@@ -16,6 +16,8 @@ A shim has:
 - ``word(v, like)``: the Python int ``v`` (taken modulo the word width) as a scalar of the
   words ``like``, ready for in-place arithmetic.
 - ``add(x, v, out)``: the words ``x`` plus the Python int ``v`` (modulo the width), into ``out``.
+- ``peak(x)``: the largest word of ``x`` as a Python int (-1 when ``x`` is empty).
+- ``fill(x, mask, v)``: set the words of ``x`` where ``mask`` holds to the Python int ``v``.
 - ``field(words, lo, n, out)``: bits ``lo .. lo+n-1`` of ``words`` (random words of any
   integer dtype, or the rounded bits themselves; a signed word's bits are its two's
   complement), as the words of ``out``, written there.
@@ -30,7 +32,7 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = ["NumpyWords", "NUMPY_WORDS", "mix32", "hash_block", "sr_addend", "add_rounding",
-           "round_bits", "nan_words", "M32A", "M32B"]
+           "round_bits", "nan_words", "finish_bits", "M32A", "M32B"]
 
 #: lowbias32's two multipliers (C. Wellons' hash-prospector).
 M32A, M32B = 0x7FEB352D, 0x846CA68B
@@ -55,6 +57,14 @@ class NumpyWords:
     @staticmethod
     def add(x: np.ndarray, v: int, out: np.ndarray) -> None:
         np.add(x, _np_word(v, x.dtype), out=out)
+
+    @staticmethod
+    def peak(x: np.ndarray) -> int:
+        return int(np.maximum.reduce(x)) if x.size else -1
+
+    @staticmethod
+    def fill(x: np.ndarray, mask: np.ndarray, v: int) -> None:
+        x[mask] = _np_word(v, x.dtype)
 
     @staticmethod
     def field(words: np.ndarray, lo: int, n: int, out: np.ndarray) -> None:
@@ -178,3 +188,42 @@ def nan_words(plan) -> tuple[int, int]:
     if not fmt.signed:
         return qnan, qnan
     return qnan, qnan | signbit
+
+
+def finish_bits(plan, sign, a, r, ops, no_over: bool = False) -> None:
+    """The rules after rounding, in place on the rounded magnitude bits ``r``: overflow, the
+    sign, negative zero and NaN, for inputs of magnitude bits ``a`` and sign bits ``sign``.
+
+    Past max after rounding (inf and NaN inputs land there too): ``+-max`` when saturating or
+    when the format has no NaN, inf where it has one, NaN otherwise. The sign goes back on
+    (fnuz formats have no -0). NaN inputs, and for an unsigned format negatives and zero, take
+    :func:`nan_words`. ``sign`` is overwritten. ``no_over``: the caller knows that nothing
+    rounds past max and no input is NaN (the overflow test is skipped).
+    """
+    fmt = plan.fmt
+    special = None  # results that are whole bit patterns (sign included): NaN
+    if not no_over and ops.peak(r) > plan.maxbits:
+        over = r > ops.word(plan.maxbits, r)
+        special = a > ops.word(plan.infbits, a)  # NaN inputs
+        if plan.saturate or fmt.nan == "none":
+            ops.fill(r, over, plan.maxbits)
+        elif fmt.has_inf:
+            ops.fill(r, over, plan.infbits)
+        else:
+            special |= over
+    neg = None
+    if not fmt.signed or (fmt.nan != "fnuz" and special is not None):
+        neg = sign != 0
+    if not fmt.signed:
+        unsigned_nan = neg | (a == 0)  # no sign, no zero: NaN as ml_dtypes gives
+        special = unsigned_nan if special is None else special | unsigned_nan
+    if fmt.nan == "fnuz":
+        ops.fill(sign, r == 0, 0)  # no negative zero
+    r |= sign
+    if special is not None and special.any():
+        pos, negw = nan_words(plan)
+        if pos == negw:
+            ops.fill(r, special, pos)
+        else:
+            ops.fill(r, special & neg, negw)
+            ops.fill(r, special & ~neg, pos)

@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import rng
-from .bitops import NUMPY_WORDS, nan_words, round_bits
+from .bitops import NUMPY_WORDS, finish_bits, round_bits
 from ._checks import check_bool, native
 from .formats import Format, get
 
@@ -334,7 +334,7 @@ def _sr_units(plan: _Plan, scaled: np.ndarray, udt) -> np.ndarray:
 
 
 def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=False) -> None:
-    fmt, src = plan.fmt, plan.src
+    src = plan.src
     U = src.udtype.type
     b = x.view(src.udtype)
     a = b & U(_absmask(src))  # magnitude bits: monotone in |x|
@@ -349,27 +349,8 @@ def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=Fa
         idx = np.flatnonzero(a < U(plan.minnorm))
         r[idx] = _small_values(plan, x[idx], None if rbits is None else rbits[idx])
 
-    # Past max after rounding; inf and NaN inputs land here too.
-    over = None
-    if not no_over and r.size and np.maximum.reduce(r) > plan.maxbits:
-        over = r > U(plan.maxbits)
-    special = None  # results that are whole bit patterns (sign included): NaN
-    if over is not None:
-        special = a > U(plan.infbits)  # NaN inputs
-        if plan.saturate or fmt.nan == "none":
-            r[over] = U(plan.maxbits)
-        elif fmt.has_inf:
-            r[over] = U(plan.infbits)
-        else:
-            special |= over
-    r |= sign
-    if fmt.nan == "fnuz":
-        r[r == U(1 << (8 * src.udtype.itemsize - 1))] = 0  # no negative zero
-    if not fmt.signed:
-        unsigned_nan = (sign != 0) | (a == 0)  # no sign, no zero: NaN as ml_dtypes gives
-        special = unsigned_nan if special is None else special | unsigned_nan
-    if special is not None and special.any():
-        r[special] = _nan_bits(plan, sign[special] != 0)
+    # Overflow, sign, -0 and NaN (ecosim.bitops).
+    finish_bits(plan, sign, a, r, NUMPY_WORDS, no_over)
 
 
 def _absmask(src: _Src) -> int:
@@ -413,16 +394,6 @@ def _small_values(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
     if not fmt.has_zero:
         np.maximum(n, 1.0, out=n)  # nothing below the smallest value (ml_dtypes maps it there)
     return np.ldexp(n, qexp).astype(src.dtype).view(src.udtype)
-
-
-def _nan_bits(plan: _Plan, negative: np.ndarray) -> np.ndarray:
-    """Full bit patterns of the NaN that a NaN input (or a NaN overflow) becomes
-    (:func:`ecosim.bitops.nan_words`)."""
-    U = plan.src.udtype.type
-    pos, neg = nan_words(plan)
-    if pos == neg:
-        return np.full(negative.shape, U(pos), plan.src.udtype)
-    return np.where(negative, U(neg), U(pos)).astype(plan.src.udtype)
 
 
 def _int_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:

@@ -43,6 +43,14 @@ class TorchWords:
         torch.add(x, signed_word(v, _width(x)), out=out)
 
     @staticmethod
+    def peak(x: torch.Tensor) -> int:
+        return int(x.max()) if x.numel() else -1
+
+    @staticmethod
+    def fill(x: torch.Tensor, mask: torch.Tensor, v: int) -> None:
+        x.masked_fill_(mask, signed_word(v, _width(x)))
+
+    @staticmethod
     def field(words: torch.Tensor, lo: int, n: int, out: torch.Tensor) -> None:
         if words.dtype == out.dtype:
             torch.bitwise_right_shift(words, lo, out=out)

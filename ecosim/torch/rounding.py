@@ -34,7 +34,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from ..bitops import nan_words, round_bits
+from ..bitops import finish_bits, round_bits
 from ..checks import check_bool, native
 from ..formats import Format, get
 from ..rounding import MODES, SR_RULES
@@ -44,7 +44,7 @@ from ..rounding import representable as _representable
 from ..rng import fill_bits, seed_and_counter
 from ..rounding import src_for as _src_for
 from . import rng as trng
-from .bitops import TORCH_WORDS, signed_word
+from .bitops import TORCH_WORDS
 
 __all__ = ["quantize", "MODES"]
 
@@ -330,52 +330,13 @@ def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws) -> t
 
 
 def _finish(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor, t=None) -> None:
-    """Overflow, sign, -0 and NaN rules on rounded magnitudes ``r`` of inputs ``b`` (in place).
+    """Overflow, sign, -0 and NaN rules on rounded magnitudes ``r`` of inputs ``b`` (in place):
+    NumPy's rule, :func:`ecosim.bitops.finish_bits`.
 
     ``a`` holds the input magnitude bits; ``t`` is optional scratch space like ``r``.
     """
-    fmt = plan.fmt
-    sign = _signbit(plan.src.mant == 52)
-    # Past max after rounding; inf and NaN inputs land here too.
-    special = None
-    if r.numel() and int(r.max()) > plan.maxbits:
-        over = r > plan.maxbits
-        special = a > plan.infbits  # NaN inputs
-        if plan.saturate or fmt.nan == "none":
-            r.masked_fill_(over, plan.maxbits)
-        elif fmt.has_inf:
-            r.masked_fill_(over, plan.infbits)
-        else:
-            special |= over
-    t = torch.bitwise_and(b, sign, out=t)
-    if fmt.nan == "fnuz":
-        t &= (-r) >> (8 * r.element_size() - 1)  # the sign of nonzeros only: no -0
-    r |= t
-    neg = None
-    if not fmt.signed:
-        neg = b < 0
-        unsigned_nan = neg | (a == 0)  # no sign, no zero: NaN as ml_dtypes gives
-        special = unsigned_nan if special is None else special | unsigned_nan
-    if special is not None and bool(special.any()):
-        nan = _nan_bits(plan, b < 0 if neg is None else neg)
-        if isinstance(nan, int):
-            r.masked_fill_(special, nan)
-        else:
-            torch.where(special, nan, r, out=r)
-
-
-def _nan_bits(plan: _Plan, neg: torch.Tensor):
-    """Full bit patterns of the NaN a NaN input (or a NaN overflow) becomes
-    (:func:`ecosim.bitops.nan_words`): an int where it is one for both signs."""
-    wide = plan.src.mant == 52
-    pos, negw = (signed_word(v, 64 if wide else 32) for v in nan_words(plan))
-    if pos == negw:
-        return pos
-    return torch.where(neg, negw, pos).to(_int_of(plan.src))
-
-
-def _int_of(src) -> torch.dtype:
-    return torch.int64 if src.mant == 52 else torch.int32
+    t = torch.bitwise_and(b, _signbit(plan.src.mant == 52), out=t)
+    finish_bits(plan, t, a, r, TORCH_WORDS)
 
 
 def _ilog2(v: torch.Tensor) -> torch.Tensor:
