@@ -15,7 +15,9 @@ fine-tuning format).
 
 The language-model runner's methods (``python -m ecosim.torch.lm``) are :data:`LM_METHODS`,
 one :class:`LMMethod` per name: FP32, Table 1's rows with FP8 weights, DQT (INT8 and
-ternary), BitNet b1.58, and Table 1's quantized rows with INT4 weights. The torch runner
+ternary), BitNet b1.58, Table 1's quantized rows with INT4 weights, and ECO's variants for
+AdamW with FP8 weights that each remove or correct one of its approximations
+(:data:`ECO_ADAM_VARIANTS`). The torch runner
 builds its methods from it; the LM experiments and figures read names, parts and labels from
 it. Adding a method is one entry there.
 
@@ -47,7 +49,7 @@ from .quantizer import Quantizer
 __all__ = ["Method", "TABLE1", "PAPER_SIZES", "WEIGHT_FORMATS", "BETAS", "EPS",
            "WEIGHT_DECAY", "CLIP", "WARMUP_FRAC", "INIT_FRAC", "FINAL_FRAC", "schedule",
            "method_label", "weight_quantizer", "by_name", "parse_run_name", "LMMethod",
-           "LM_METHODS", "lm_method", "lm_methods",
+           "LM_METHODS", "lm_method", "lm_methods", "ECO_ADAM_VARIANTS",
            "FINETUNE_WEIGHT_DECAY", "FINETUNE_FINAL_FRAC", "TABLE2_BENCHMARKS", "TABLE2"]
 
 #: the model sizes of Table 1's columns (Llama-style models trained on C4)
@@ -183,7 +185,13 @@ class LMMethod:
         mode: the rounding of the stored weights (``"rtn"``, ``"sr"``; None: FP32).
         granularity: the absmax scales of a scaled format (``"row"``: one per output row;
             ``"tensor"``: one per tensor, which FSDP cannot shard).
-        kind: ``"table1"`` (ECOAdamW), ``"dqt"`` (DQTAdamW) or ``"bitnet"`` (BitLinear).
+        kind: ``"table1"`` (ECOAdamW), ``"dqt"`` (DQTAdamW), ``"bitnet"`` (BitLinear) or
+            ``"eco_adam"`` (ECOAdamW with one of ECO's approximations for AdamW removed or
+            corrected: :data:`ECO_ADAM_VARIANTS`).
+        wd_corrected: ECOAdamW's ``wd_corrected_injection`` (ECO's coefficient times
+            ``1 - lr wd``).
+        schedule_guard: ECOAdamW's ``schedule_guard`` (the injection sized with the
+            ``b1``-weighted mean of the later learning rates).
     """
 
     name: str
@@ -194,6 +202,8 @@ class LMMethod:
     mode: str | None
     granularity: str = "row"
     kind: str = "table1"
+    wd_corrected: bool = False
+    schedule_guard: bool = False
 
     @property
     def parts(self) -> tuple[str, str, str]:
@@ -213,8 +223,30 @@ def _table1_lm(row: Method, fmt: str) -> LMMethod:
                     scheme, mode, granularity)
 
 
+#: ECO's approximations for AdamW on the LM, one variant each (issue 12, part 4; the MLP's
+#: are the ``eco_adam_breakdown`` experiment's): short name -> (label, scheme, options).
+#: ``ecomx``: scheme ``eco_momentum_exact`` (the error stored and given back through the
+#: momentum with the current ``d``: ECO's ``e_prev ~ e`` removed); ``ecowd``: ECO with
+#: ``wd_corrected_injection`` (the MLP figure's ``eco_wd``); ``ecoguard``: ECO with
+#: ``schedule_guard`` (the injection sized for the later learning rates).
+ECO_ADAM_VARIANTS = {
+    "ecomx": ("ECO momentum-exact", "eco_momentum_exact", {}),
+    "ecowd": ("ECO wd-corrected", "eco", {"wd_corrected": True}),
+    "ecoguard": ("ECO guarded", "eco", {"schedule_guard": True}),
+}
+
+
+def _eco_adam_lm(variant: str, mode: str) -> LMMethod:
+    """``fp8_<variant>_<mode>``: FP8 E4M3 row-wise weights under one of ECO's variants."""
+    label, scheme, options = ECO_ADAM_VARIANTS[variant]
+    stored, granularity = WEIGHT_FORMATS["fp8"]
+    return LMMethod(f"fp8_{variant}_{mode}", f"FP8 {label} + {mode.upper()}", "e4m3", stored,
+                    scheme, mode, granularity, kind="eco_adam", **options)
+
+
 #: every method of the language-model runner by name, in the runner's order: FP32, Table 1's
-#: rows with FP8 weights, DQT, BitNet b1.58, then Table 1's quantized rows with INT4 weights
+#: rows with FP8 weights, DQT, BitNet b1.58, Table 1's quantized rows with INT4 weights, then
+#: ECO's variants for AdamW with FP8 weights (``fp8_ecomx_rtn`` ... ``fp8_ecoguard_sr``)
 LM_METHODS: dict[str, LMMethod] = {m.name: m for m in (
     LMMethod("fp32", "FP32 (no quantization)", "fp32", None, None, None),
     *(_table1_lm(row, "fp8") for row in TABLE1),
@@ -223,6 +255,7 @@ LM_METHODS: dict[str, LMMethod] = {m.name: m for m in (
              kind="dqt"),
     LMMethod("bitnet_b158", "BitNet b1.58", "ternary", "ternary", None, "rtn", kind="bitnet"),
     *(_table1_lm(row, "int4") for row in TABLE1 if row.weights == "W"),
+    *(_eco_adam_lm(v, mode) for v in ECO_ADAM_VARIANTS for mode in ("rtn", "sr")),
 )}
 
 

@@ -29,6 +29,9 @@ NONFINITE_OK: dict[str, set[str]] = {
     "lm_moe": {"final"},
     # lm_finetune: a gap has no interval below two seeds; the paper has no accuracy for naive
     "lm_finetune": {"methods"},
+    # lm_eco_adam: a gap has no interval below two seeds (none at all without a pair), and
+    # plain ECO has no gap to itself, the guard no MLP number
+    "lm_eco_adam": {"gaps"},
 }
 
 
@@ -107,6 +110,16 @@ def test_every_figure_builds_in_smoke_mode(built, name):
                 except ValueError:
                     continue  # a label
                 assert math.isfinite(value), (path.name, r)
+
+
+def test_lm_eco_adam_smoke_markdown(built):
+    """The smoke build's table: its one variant and plain ECO, one seed each (no interval)."""
+    if not _available("lm_eco_adam"):
+        pytest.skip("lm_eco_adam needs torch (make torch)")
+    md = (built[0] / "out" / "lm_eco_adam.md").read_text()
+    assert "| FP8 ECO + SR | 1 trained | n=0 (no interval) | (itself) |" in md
+    assert "| FP8 ECO momentum-exact + SR | 1 trained | n=0 (no interval) | n=1 (no interval) |" \
+        in md
 
 
 def test_rerun_is_byte_identical(built, tmp_path):

@@ -62,7 +62,8 @@ METHODS = tuple(m.name for m in recipes.TABLE1)
 
 
 #: the runner's methods beyond Table 1 (DQT and BitNet b1.58): ``(weights, scheme, mode)``
-OTHER_METHODS = {n: m.parts for n, m in recipes.LM_METHODS.items() if m.kind != "table1"}
+OTHER_METHODS = {n: m.parts for n, m in recipes.LM_METHODS.items()
+                 if m.kind in ("dqt", "bitnet")}
 
 
 def method_parts(method: str) -> tuple[str, str, str]:
@@ -97,6 +98,8 @@ class LMTableConfig(Config):
     eval_batches: int = 16
     results_file: str = ""
 
+    #: a subclass's accepted methods (None: every method of the runner)
+    ONLY: ClassVar[tuple[str, ...] | None] = None
     SMOKE: ClassVar[dict] = {"presets": ("tiny",), "methods": ("bf16_master", "fp8_eco_sr"),
                              "steps": (8,), "seeds": (1,), "batch": 4, "seq": 32, "eval_every": 4,
                              "eval_batches": 2}
@@ -112,6 +115,10 @@ class LMTableConfig(Config):
                 method_parts(m)
             except ValueError as exc:
                 raise ConfigError(f"LMTableConfig.methods: {exc}") from None
+        other = [m for m in self.methods if self.ONLY is not None and m not in self.ONLY]
+        if other:
+            raise ConfigError(f"{type(self).__name__}.methods: expected names among "
+                              f"{list(self.ONLY)}, got {other}")
         if not self.results_file and (len(self.steps) != len(self.presets)
                                       or min(self.steps, default=0) < 1):
             raise ConfigError(f"steps needs one positive entry per preset ({self.presets}), "

@@ -26,7 +26,8 @@ __all__ = ["mlp_curves", "mlp_table", "mlp_table_markdown", "PAPER_TABLE1", "PAP
 #: The rows are :data:`ecosim.recipes.TABLE1`'s, with their FP8 labels.
 PAPER_TABLE1 = tuple((m.label("fp8"), m.paper) for m in recipes.TABLE1)
 
-_MARKERS = {"bf16": "D", "master": "o", "naive": "s", "eco": "^", "dqt": "v", "bitnet": "X"}
+_MARKERS = {"bf16": "D", "master": "o", "naive": "s", "eco": "^", "dqt": "v", "bitnet": "X",
+            "eco_adam": "P"}
 
 
 def method_style(weights: str, scheme: str, mode: str) -> dict:

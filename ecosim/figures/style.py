@@ -40,6 +40,7 @@ METHOD_COLORS = {
     "kahan": COLORS["purple"],
     "dqt": COLORS["orange"],  # DQT's stored-code training (the language-model figures)
     "bitnet": COLORS["purple"],  # BitNet b1.58 (FP32 master, ternary forward)
+    "eco_adam": COLORS["green"],  # ECO's variants for AdamW (the LM runner's fp8_eco*_*)
 }
 MODE_LINESTYLES = {"sr": "-", "rtn": "--"}
 ROUNDING_COLORS = {"rtn": COLORS["orange"], "sr": COLORS["blue"]}

@@ -45,6 +45,9 @@ class Method:
         dqt_scale: DQT's rule for the scale of the previous weights (``"max"``: the DQT
             reference code's signed maximum, with which an integer grid never grows, as in
             the ``dqt`` experiment; ``"absmax"``); see :class:`~ecosim.torch.dqt.DQTAdamW`.
+        wd_corrected, schedule_guard: :class:`~ecosim.torch.ECOAdamW`'s
+            ``wd_corrected_injection`` and ``schedule_guard`` (ECO's variants, kind
+            ``"eco_adam"``; the guard follows the run's own schedule, :func:`lr_factor`).
     """
 
     scheme: str | None
@@ -53,6 +56,8 @@ class Method:
     granularity: str = "row"
     kind: str = "table1"
     dqt_scale: str = "max"
+    wd_corrected: bool = False
+    schedule_guard: bool = False
 
     def quantizer(self) -> Quantizer | None:
         """The weight quantizer: E4M3 (and other 8-bit and narrower formats) with absmax
@@ -76,7 +81,8 @@ class Method:
 
 def _method(m: recipes.LMMethod) -> Method:
     """The runner's :class:`Method` of an entry of :data:`ecosim.recipes.LM_METHODS`."""
-    return Method(m.scheme, m.fmt, m.mode, granularity=m.granularity, kind=m.kind)
+    return Method(m.scheme, m.fmt, m.mode, granularity=m.granularity, kind=m.kind,
+                  wd_corrected=m.wd_corrected, schedule_guard=m.schedule_guard)
 
 
 #: plain AdamW, Table 1's rows (:data:`ecosim.recipes.TABLE1`) with FP8 E4M3 weights, then
@@ -107,7 +113,7 @@ def fsdp_check(name: str) -> None:
     process's rows; a per-tensor scale (INT4, DQT) or BitNet's absmean needs the whole
     tensor (see :mod:`ecosim.torch.optim` on sharded parameters)."""
     m = method_of(name)
-    if m.kind != "table1" or (m.fmt is not None and m.granularity != "row"):
+    if m.kind not in ("table1", "eco_adam") or (m.fmt is not None and m.granularity != "row"):
         raise ValueError(f"fsdp is for Table 1's methods with row-wise scales (fp32, bf16_master, "
                          f"fp8_*); {name!r} has a per-tensor scale or BitNet's absmean, which "
                          "a shard of rows cannot compute")

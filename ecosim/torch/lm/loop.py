@@ -66,10 +66,15 @@ def build_optimizers(model: Transformer, cfg: LMConfig) -> list:
                                     scheme=method.scheme, mode=method.mode,
                                     scale=method.dqt_scale, key=key,
                                     diagnostics=cfg.diagnostics, **hp))
-        else:
+        else:  # the guard reads the rates the run's LambdaLR will set (_Run): cfg.lr * factor
+            sched = ((lambda s: cfg.lr * lr_factor(s, cfg.steps, cfg.warmup, cfg.final_lr))
+                     if method.schedule_guard else None)
             opts.insert(0, ECOAdamW(pairs, cfg.lr, weight_decay=cfg.weight_decay,
                                     scheme=method.scheme, weights=weights, key=key,
-                                    diagnostics=cfg.diagnostics, **hp))
+                                    diagnostics=cfg.diagnostics,
+                                    wd_corrected_injection=method.wd_corrected,
+                                    schedule_guard=method.schedule_guard, lr_schedule=sched,
+                                    **hp))
     return opts
 
 

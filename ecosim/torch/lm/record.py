@@ -47,7 +47,7 @@ def bytes_per_param(model, opts, cfg, method) -> dict:
     formula = _memory.static_bytes(np_opt, shapes)
     qparams = [named[k] for k in qn]
     held = measured_memory(qparams, opts[0]).per_param()
-    measured = dict.fromkeys(("weights", "master", "m", "v"), 0)
+    measured = dict.fromkeys(("weights", "master", "m", "v", "e_prev"), 0)
     for name in qn:
         p = named[name]
         st = opts[0].state[p]
@@ -59,7 +59,7 @@ def bytes_per_param(model, opts, cfg, method) -> dict:
         opt = opts[0]
         if method.scheme != "master":  # the paper's convention: a master's FP8 copy is transient
             measured["weights"] += opt.encoded(p).nbytes
-        for b in ("master", "m", "v"):
+        for b in ("master", "m", "v", "e_prev"):  # e_prev: eco_momentum_exact's error
             if b in st:
                 measured[b] += st[b].nbytes
     return {
