@@ -27,8 +27,6 @@ Used by :mod:`ecosim.rng` and :mod:`ecosim.rounding` and by their torch counterp
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
 __all__ = ["NumpyWords", "NUMPY_WORDS", "mix32", "hash_block", "sr_addend", "add_rounding",
@@ -38,25 +36,39 @@ __all__ = ["NumpyWords", "NUMPY_WORDS", "mix32", "hash_block", "sr_addend", "add
 M32A, M32B = 0x7FEB352D, 0x846CA68B
 
 
-@lru_cache(maxsize=1024)
-def _np_word(v: int, dtype: np.dtype):
-    return dtype.type(v & ((1 << (8 * dtype.itemsize)) - 1))
+# Word constants by width in bytes, then value: a dict lookup costs less than building the NumPy
+# scalar (the rules take a few dozen constants per call, and small calls are overhead-bound).
+_WORDS: dict = {4: {}, 8: {}}
+_WORD_TYPES = {4: np.uint32, 8: np.uint64}
+_WORDS_MAX = 4096  # per width: keys and counters bring new values, so the memo is cleared
+
+
+def _np_word(v: int, itemsize: int):
+    """``v`` modulo the width as a NumPy unsigned scalar of ``itemsize`` bytes (4 or 8)."""
+    memo = _WORDS[itemsize]
+    w = memo.get(v)
+    if w is None:
+        if len(memo) >= _WORDS_MAX:
+            memo.clear()
+        w = memo[v] = _WORD_TYPES[itemsize](v & ((1 << (8 * itemsize)) - 1))
+    return w
 
 
 class NumpyWords:
-    """The word shim of NumPy: unsigned words, whose right shift is already logical."""
+    """The word shim of NumPy: unsigned words (``uint32`` or ``uint64``), whose right shift is
+    already logical."""
 
     @staticmethod
     def shr(x: np.ndarray, s: int, out: np.ndarray) -> None:
-        np.right_shift(x, _np_word(s, x.dtype), out=out)
+        np.right_shift(x, _np_word(s, x.itemsize), out=out)
 
     @staticmethod
     def word(v: int, like: np.ndarray):
-        return _np_word(v, like.dtype)
+        return _np_word(v, like.itemsize)
 
     @staticmethod
     def add(x: np.ndarray, v: int, out: np.ndarray) -> None:
-        np.add(x, _np_word(v, x.dtype), out=out)
+        np.add(x, _np_word(v, x.itemsize), out=out)
 
     @staticmethod
     def peak(x: np.ndarray) -> int:
@@ -64,15 +76,15 @@ class NumpyWords:
 
     @staticmethod
     def fill(x: np.ndarray, mask: np.ndarray, v: int) -> None:
-        x[mask] = _np_word(v, x.dtype)
+        x[mask] = _np_word(v, x.itemsize)
 
     @staticmethod
     def field(words: np.ndarray, lo: int, n: int, out: np.ndarray) -> None:
         if words.dtype != out.dtype:
             words = words.astype(out.dtype)  # non-negative words: only low bits are read
-        np.right_shift(words, _np_word(lo, out.dtype), out=out)
-        if lo + n < 8 * out.dtype.itemsize:
-            out &= _np_word((1 << n) - 1, out.dtype)
+        np.right_shift(words, _np_word(lo, out.itemsize), out=out)
+        if lo + n < 8 * out.itemsize:
+            out &= _np_word((1 << n) - 1, out.itemsize)
 
 
 #: NumPy's word shim.
