@@ -1,4 +1,4 @@
-"""Bit-level rules written once for NumPy and torch: the random-bit mixer and the rounding carry.
+"""Bit-level rules written once for NumPy and torch: the random-bit mixer and RTN/SR's rounding.
 
 Each rule here is a function of arrays and a *word shim*, a small object that supplies what
 the array-API standard leaves out or that the two libraries spell differently: a logical right
@@ -16,7 +16,8 @@ A shim has:
 - ``word(v, like)``: the Python int ``v`` (taken modulo the word width) as a scalar of the
   words ``like``, ready for in-place arithmetic.
 - ``add(x, v, out)``: the words ``x`` plus the Python int ``v`` (modulo the width), into ``out``.
-- ``peak(x)``: the largest word of ``x`` as a Python int (-1 when ``x`` is empty).
+- ``peak(x)``: the largest of the words ``x``, which are below the sign bit, as a Python int
+  (-1 when ``x`` is empty).
 - ``fill(x, mask, v)``: set the words of ``x`` where ``mask`` holds to the Python int ``v``.
 - ``field(words, lo, n, out)``: bits ``lo .. lo+n-1`` of ``words`` (random words of any
   integer dtype, or the rounded bits themselves; a signed word's bits are its two's
