@@ -15,8 +15,7 @@ The digests hold for the platform the figures are built on (x86-64, the locked N
 OpenBLAS): MLP and Muon runs go through BLAS products, whose last bits another BLAS kernel may
 legitimately change, and NumPy's transcendental functions (exp, tanh, log) have other vector
 paths on other CPUs (AVX-512 against AVX2). So the digests are checked only where both agree
-with the machine they were pinned on (:func:`platform_probe`); elsewhere the test skips, saying
-why. A failure on that platform after a NumPy upgrade means the committed figures need a
+with the machine they were pinned on (``platform_pins``); elsewhere the test skips, saying why. A failure on that platform after a NumPy upgrade means the committed figures need a
 rebuild, not that the loop is wrong.
 """
 from __future__ import annotations
@@ -27,27 +26,7 @@ import numpy as np
 import pytest
 
 from ecosim import experiments as E
-from ecosim.experiments.provenance import blas_fingerprint
-
-#: :func:`platform_probe` of the machine the digests were pinned on (x86-64, AVX2, OpenBLAS
-#: 0.3.30 Haswell kernels, the locked NumPy)
-PINNED_PLATFORM = ("d5ef2f766d382443", "e09a5f9cd1efe783")
-
-
-def platform_probe() -> tuple[str, str]:
-    """(BLAS probe, ufunc probe): hashes of fixed float32 products
-    (:func:`~ecosim.experiments.provenance.blas_fingerprint`) and of NumPy's exp, tanh, log1p,
-    expm1, sin, cos, log, sum and cumsum on fixed float32 and float64 inputs."""
-    x = (np.arange(1, 4097, dtype=np.float64) * 0.6180339887498949 % 1.0 - 0.5) * 8
-    h = hashlib.sha256()
-    for dt in (np.float32, np.float64):
-        v = x.astype(dt)
-        for f in (np.exp, np.tanh, np.log1p, np.expm1, np.sin, np.cos):
-            h.update(f(v if f is not np.log1p else np.abs(v)).tobytes())
-        h.update(np.log(np.abs(v) + 1).tobytes())
-        h.update(np.sum(v).tobytes())
-        h.update(np.cumsum(v).tobytes())
-    return blas_fingerprint()["probe"], h.hexdigest()[:16]
+from platform_pins import skip_unless_pinned_platform
 
 # (experiment, unit) -> sha256 of the unit's results with the smoke config
 PINNED = [
@@ -91,10 +70,7 @@ def digest(results) -> str:
 @pytest.mark.parametrize("name,unit,want", PINNED,
                          ids=[f"{n}-{'-'.join(map(str, u.values()))}" for n, u, _ in PINNED])
 def test_smoke_unit_results_are_pinned(name, unit, want):
-    here = platform_probe()
-    if here != PINNED_PLATFORM:
-        pytest.skip(f"digests pinned on platform probe {PINNED_PLATFORM}, this machine gives "
-                    f"{here} (another BLAS kernel or vector math path)")
+    skip_unless_pinned_platform()
     exp = E.get(name)
     cfg = exp.default_config(smoke=True)
     assert unit in exp.unit_list(cfg)
