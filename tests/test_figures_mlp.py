@@ -29,7 +29,7 @@ from ecosim.experiments.mlp_states import (
     parse_variant,
     variant_label,
 )
-from ecosim.figures import mlp_memory, mlp_methods
+from ecosim.figures import mlp_methods, mlp_states
 from ecosim.figures import style
 from ecosim.optim import adamw, warmup_cosine
 
@@ -85,7 +85,7 @@ def test_memory_is_ecosim_memory(runs):
 
 def test_figure_tables_report_ecosim_memory(runs):
     m, s = runs
-    _, t9 = mlp_memory.memory_pareto(m, s)
+    _, t9 = mlp_states.memory_pareto(m, s)
     sweep = t9["width_sweep"]
     for label, width, measured, formula in zip(sweep["method"], sweep["width"],
                                                sweep["bytes_measured"], sweep["bytes_formula"]):
@@ -93,7 +93,7 @@ def test_figure_tables_report_ecosim_memory(runs):
                 method_label(*(_unit(m, i, ("weights", "scheme", "mode")).values())) == label]
         assert rows
         assert measured == formula == m["mem_measured"][rows[0]].sum()
-    _, t10 = mlp_memory.adam_vs_sgdm(s)
+    _, t10 = mlp_states.adam_vs_sgdm(s)
     summ = t10["summary"]
     for v, per_param in zip(summ["variant"], summ["bytes_per_param"]):
         i = list(s["unit_variant"]).index(v)

@@ -25,7 +25,7 @@ from .base import (
 
 # the registered experiments (importing a module registers what it defines)
 from . import floor, grids  # noqa: E402,F401  isort: skip
-from . import noise_floor, beta_factor, naive_decay  # noqa: E402,F401  isort: skip
+from . import floor_additive, beta_factor, naive_decay  # noqa: E402,F401  isort: skip
 from . import rtn_stall, error_similarity  # noqa: E402,F401  isort: skip
 from . import mlp_methods, mlp_states  # noqa: E402,F401  isort: skip
 from . import mantissa_sweep, compressed_states, relative_error  # noqa: E402,F401  isort: skip

@@ -8,7 +8,7 @@ floor over master's as
 with ``h = L*lr``, which tends to ``1/(1 - beta^2)`` as ``lr -> 0``. Each unit runs one scheme
 (master or eco) at one (beta, lr) on one kind of noise: real SR on the uniform grid or on FP8
 E4M3 (:func:`.floor.simulate_floor`), or the additive-noise model
-(:func:`.noise_floor.simulate_additive`); the combine step forms the ratios with their standard
+(:func:`.floor_additive.simulate_additive`); the combine step forms the ratios with their standard
 errors (the two runs are independent) and the theory curves.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .. import theory
 from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
                    nonempty, one_of, positive, stack_units)
 from .floor import simulate_floor
-from .noise_floor import simulate_additive
+from .floor_additive import simulate_additive
 
 __all__ = ["BetaFactorConfig", "exact_ratio"]
 

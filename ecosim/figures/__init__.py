@@ -20,7 +20,7 @@ from .base import (
 from . import grids  # noqa: E402,F401  isort: skip
 from . import noise_floor, beta_factor, naive_decay  # noqa: E402,F401  isort: skip
 from . import rtn_stall, error_similarity  # noqa: E402,F401  isort: skip
-from . import mlp_methods, mlp_memory  # noqa: E402,F401  isort: skip
+from . import mlp_methods, mlp_states  # noqa: E402,F401  isort: skip
 from . import mantissa_sweep, compressed_states, relative_error  # noqa: E402,F401  isort: skip
 from . import lm  # noqa: E402,F401  isort: skip  (needs the torch backend or a results file)
 from . import lm_moe  # noqa: E402,F401  isort: skip
