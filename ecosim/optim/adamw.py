@@ -169,13 +169,9 @@ class AdamW(QuantizedOptimizer):
         v += b2 * b["v"]
         v = self._qstate("v", v, ctx, name)
         out = {"m": m, "v": v}
-        for k in ("master", "e_prev", "c"):
-            if k in b:
-                out[k] = b[k]
-        if lr == 0.0:  # no write: no rounding, no error, nothing to inject
-            if ctx.diag is not None:
-                ctx.diag.add(name, w, w, None, q is not None)
-            return w, out
+        held = self.carry_buffers(name, w, q, ctx, out, b)
+        if held is not None:  # lr == 0: the weights are left as they are
+            return held
         d = np.divide(v, bc2)
         np.sqrt(d, out=d)
         d += self.eps

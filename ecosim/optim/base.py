@@ -280,6 +280,20 @@ class QuantizedOptimizer:
             return new_w, None
         return new_w, e
 
+    def carry_buffers(self, name: str, w: np.ndarray, q: Quantizer | None, ctx: StepContext,
+                      out: dict, prev: dict) -> tuple[np.ndarray, dict] | None:
+        """Copies the scheme's buffers (``master``, ``e_prev``, ``c``) from ``prev`` into
+        ``out``; when the step's rate is 0 (no write: no rounding, no error, nothing to inject)
+        records the diagnostics and returns ``(w, out)``, the step's result, else None."""
+        for k in ("master", "e_prev", "c"):
+            if k in prev:
+                out[k] = prev[k]
+        if ctx.lr != 0.0:
+            return None
+        if ctx.diag is not None:
+            ctx.diag.add(name, w, w, None, q is not None)
+        return w, out
+
     def finish_write(self, sch: Scheme, name: str, w: np.ndarray, tt: np.ndarray,
                      q: Quantizer | None, ctx: StepContext, out: dict, m: np.ndarray,
                      prev: dict, gain: Callable[[], tuple], exact: Callable | None = None

@@ -232,13 +232,9 @@ class Muon(QuantizedOptimizer):
         else:
             n = m
         out = {"m": m}
-        for k in ("master", "e_prev", "c"):
-            if k in b:
-                out[k] = b[k]
-        if lr == 0.0:  # no write: no rounding, no error, nothing to inject
-            if ctx.diag is not None:
-                ctx.diag.add(name, w, w, None, q is not None)
-            return w, out
+        held = self.carry_buffers(name, w, q, ctx, out, b)
+        if held is not None:  # lr == 0: the weights are left as they are
+            return held
         o = newton_schulz(n, self.ns_steps)
         s = self.shape_scale(w.shape)
         base = sch.base_value(w, b.__getitem__, pending=ctx.pending, linear=False)

@@ -185,13 +185,9 @@ class SGDM(QuantizedOptimizer):
         else:
             u = m
         out = {"m": m}
-        for k in ("master", "e_prev", "c"):
-            if k in b:
-                out[k] = b[k]
-        if lr == 0.0:  # no write: no rounding, no error, nothing to inject
-            if ctx.diag is not None:
-                ctx.diag.add(name, w, w, None, q is not None)
-            return w, out
+        held = self.carry_buffers(name, w, q, ctx, out, b)
+        if held is not None:  # lr == 0: the weights are left as they are
+            return held
         base = sch.base_value(w, b.__getitem__, pending=ctx.pending, linear=True)
         tt = np.multiply(u, -lr)
         tt += base  # theta_tilde = base - lr * u
