@@ -209,17 +209,25 @@ def bits_of(a: np.ndarray) -> np.ndarray:
     return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
-def compare_with_ml_dtypes(x: np.ndarray, fmt, defects) -> int:
-    """Assert that ecosim's RTN (no saturation) equals the ml_dtypes cast of ``x`` bit for bit,
-    except where the ``defects`` bite: there the cast returns what the defect's model says and
-    ecosim returns the exact rounding. Returns how many inputs the defects bit."""
+def _compare_where_defects_bite(x: np.ndarray, fmt, defects, cast) -> tuple:
+    """The checks both comparisons share: where the ``defects`` bite, ``cast(x, dtype)``
+    returns the defect's model and ecosim the exact rounding. Returns ``(ours, theirs,
+    bites)`` for the caller to compare the rest."""
     fmt = formats.get(fmt)
     ours = quantize(x, fmt, "rtn", saturate=False)
-    theirs = ml_cast(x, fmt.dtype)
+    theirs = cast(x, fmt.dtype)
     bites, model = deviation(x, fmt, defects)
     assert_array_equal(theirs[bites], model[bites])
     exact = round_reference(x[bites].astype(np.float64), fmt, saturate=False)
     assert_array_equal(ours[bites], exact.astype(x.dtype))
+    return ours, theirs, bites
+
+
+def compare_with_ml_dtypes(x: np.ndarray, fmt, defects) -> int:
+    """Assert that ecosim's RTN (no saturation) equals the ml_dtypes cast of ``x`` bit for bit,
+    except where the ``defects`` bite: there the cast returns what the defect's model says and
+    ecosim returns the exact rounding. Returns how many inputs the defects bit."""
+    ours, theirs, bites = _compare_where_defects_bite(x, fmt, defects, ml_cast)
     assert_array_equal(bits_of(ours[~bites]), bits_of(theirs[~bites]))
     return int(bites.sum())
 
@@ -228,13 +236,7 @@ def compare_with_torch(x: np.ndarray, fmt, defects) -> int:
     """As :func:`compare_with_ml_dtypes` for torch's ``Tensor.to`` cast, comparing values (NaN
     equal to NaN) and the signs of non-NaN values rather than bits. Returns how many inputs
     the defects bit."""
-    fmt = formats.get(fmt)
-    ours = quantize(x, fmt, "rtn", saturate=False)
-    theirs = torch_cast(x, fmt.dtype)
-    bites, model = deviation(x, fmt, defects)
-    assert_array_equal(theirs[bites], model[bites])
-    exact = round_reference(x[bites].astype(np.float64), fmt, saturate=False)
-    assert_array_equal(ours[bites], exact.astype(x.dtype))
+    ours, theirs, bites = _compare_where_defects_bite(x, fmt, defects, torch_cast)
     assert_array_equal(ours[~bites], theirs[~bites])
     num = ~bites & ~np.isnan(ours)
     assert_array_equal(np.signbit(ours[num]), np.signbit(theirs[num]))
