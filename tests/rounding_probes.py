@@ -1,5 +1,5 @@
 """Probe sets shared by the NumPy and torch rounding tests (tests/test_rounding.py,
-tests/test_torch_core.py). NumPy only: importing this module needs neither gfloat nor torch,
+tests/test_torch_core.py, tests/test_bad_input.py, tests/test_torch_bad_input.py). NumPy only: importing this module needs neither gfloat nor torch,
 so the torch tests collect on a machine (a GPU box) without the test extras."""
 
 import numpy as np
@@ -21,6 +21,14 @@ def probe_points(fmt, dtype):
     wide = np.clip(rng.standard_normal(20_000) * fmt.max / 3, -1e38, 1e38).astype(dtype)
     return np.concatenate([pts, ulp_up, ulp_dn, tiny, wide])
 
+
+
+def tiny_blocks(dtype, *extra_rows):
+    """Rows of 3 whose absmax is subnormal, below float32's range or 0 (a scale that must not
+    become 0, inf or NaN), then ``extra_rows``, in ``dtype``."""
+    t = np.finfo(dtype).smallest_subnormal
+    return np.array([[t, 0.0, -t], [3 * t, t, 0.0], [1e-40, -3e-41, 7e-42],
+                     [1e-310, 2e-320, 0.0], [0.0, 0.0, 0.0], *extra_rows]).astype(dtype)
 
 F32_SPECIALS = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF,
                          0x7F800000, 0xFF800000, 0, 0x80000000, 1, 0x80000001, 0x00400000,

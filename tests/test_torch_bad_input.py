@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 import ecosim  # noqa: E402
 import ecosim.torch as et  # noqa: E402
+from rounding_probes import tiny_blocks  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -59,9 +60,7 @@ _TINY_CASES = [(f, sat) for f in ("e4m3", "e5m2", "e2m1", "int4", "ternary", "bf
 @pytest.mark.parametrize("scale", ["absmax", "absmean", "absmax_pow2"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_torch_tiny_blocks_match_numpy(fmt, saturate, scale, dtype):
-    t = np.finfo(dtype).smallest_subnormal
-    x = np.array([[t, 0.0, -t], [3 * t, t, 0.0], [1e-40, -3e-41, 7e-42],
-                  [1e-310, 2e-320, 0.0], [0.0, 0.0, 0.0], [1.0, -0.25, 3.0]]).astype(dtype)
+    x = tiny_blocks(dtype, [1.0, -0.25, 3.0])
     kw = dict(fmt=fmt, granularity="row", scale=scale, saturate=saturate)
     want = ecosim.Quantizer(**kw)(x)
     assert np.isfinite(want).all()
