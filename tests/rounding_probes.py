@@ -1,6 +1,7 @@
 """Probe sets shared by the NumPy and torch rounding tests (tests/test_rounding.py,
-tests/test_torch_core.py, tests/test_bad_input.py, tests/test_torch_bad_input.py). NumPy only: importing this module needs neither gfloat nor torch,
-so the torch tests collect on a machine (a GPU box) without the test extras."""
+tests/test_torch_core.py, tests/test_bad_input.py, tests/test_torch_bad_input.py). NumPy
+only: importing this module needs neither gfloat nor torch, so the torch tests collect on a
+machine (a GPU box) without the test extras."""
 
 import numpy as np
 
