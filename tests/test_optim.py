@@ -385,6 +385,19 @@ def test_eco_exact_reproduces_master_on_mlp_wide(name, mode):
 
 # -- the virtual sequence follows gradient descent ----------------------------------------------
 
+def _virtual_steps(opt, steps):
+    """Runs ``opt`` on EXACT_QUAD from ``init(1)`` (key 0); yields ``(g, w, w_new, x, x_new)``
+    at every step: the gradient at the stored weights ``w``, the weights after the step, and
+    the virtual sequence before and after it."""
+    w, st = opt.init(EXACT_QUAD.init(1), key=0)
+    x = opt.virtual(w, st)
+    for _ in range(steps):
+        g = EXACT_QUAD.grad(w)
+        w_new, st = opt.step(w, g, st)
+        x_new = opt.virtual(w_new, st)
+        yield g, w, w_new, x, x_new
+        w, x = w_new, x_new
+
 @pytest.mark.parametrize("mode", ["rtn", "sr"])
 @pytest.mark.parametrize("kw,gd_step", [
     (dict(), 1.0), (dict(nesterov=True), 1.0),
@@ -395,33 +408,20 @@ def test_virtual_sequence_is_gradient_descent(kw, gd_step, mode):
     with lr' = lr (EMA form) or lr/(1-beta) (heavy ball), to round-off, every step."""
     lr, eps = 0.02, np.finfo(np.float64).eps
     opt = sgdm(lr, 0.9, scheme="eco", weights=Quantizer("e4m3", mode), **kw)
-    w, st = opt.init(EXACT_QUAD.init(1), key=0)
-    x = opt.virtual(w, st)
     moved = 0
-    for _ in range(500):
-        g = EXACT_QUAD.grad(w)
-        w_new, st = opt.step(w, g, st)
+    for g, w, w_new, x, x_new in _virtual_steps(opt, 500):
         moved += int(np.count_nonzero(w_new != w))
-        x_new = opt.virtual(w_new, st)
         scale = max(np.abs(x_new).max(), np.abs(w_new).max(), 1.0)
         # measured worst residual: 0.76 * eps * scale
         assert np.abs(x_new - (x - lr * gd_step * g)).max() <= 8 * eps * scale
-        x, w = x_new, w_new
     assert moved > 0  # the weights did move: the identity is not vacuous
 
 
 def test_virtual_sequence_is_not_gradient_descent_for_naive():
     lr = 0.02
     opt = sgdm(lr, 0.9, scheme="naive", weights=Quantizer("e4m3"))
-    w, st = opt.init(EXACT_QUAD.init(1), key=0)
-    x = opt.virtual(w, st)
-    worst = 0.0
-    for _ in range(100):
-        g = EXACT_QUAD.grad(w)
-        w, st = opt.step(w, g, st)
-        x_new = opt.virtual(w, st)
-        worst = max(worst, np.abs(x_new - (x - lr * g)).max())
-        x = x_new
+    worst = max(np.abs(x_new - (x - lr * g)).max()
+                for g, _, _, x, x_new in _virtual_steps(opt, 100))
     assert worst > 1e-3  # the dropped error shows up
 
 
