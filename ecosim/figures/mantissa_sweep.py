@@ -63,37 +63,33 @@ def mantissa_sweep(mantissa_sweep):
     norm = BoundaryNorm([-0.5, 0.5, 1.5, 2.5], cmap.N)
 
     fig = style.new_figure(3.9 * len(optimizers) + 0.7, 2.4 * len(problems) + 0.7)
-    axes = fig.subplots(len(problems), len(optimizers), squeeze=False)
-    letters = iter("abcdefghij")
-    for i, p in enumerate(problems):
-        for j, o in enumerate(optimizers):
-            ax = axes[i][j]
-            comps = components  # the same rows in every panel; blank where n/a
-            grid = np.full((len(comps), len(ms)), np.nan)
-            for a, c in enumerate(comps):
-                for b, m in enumerate(ms):
-                    k = np.flatnonzero((r["problem"] == p) & (r["optimizer"] == o)
-                                       & (r["component"] == c) & (r["mantissa"] == m))
-                    if k.size:
-                        grid[a, b] = classes.index(str(r["cls"][k[0]]))
-                        ax.text(b, a, _cell_text(float(r["ratio"][k[0]]), str(r["cls"][k[0]])),
-                                ha="center", va="center", fontsize=7.2)
-                    elif b == len(ms) // 2:
-                        ax.text(b, a, "n/a (no AdamW parameter)", ha="center", va="center",
-                                fontsize=7, color=style.COLORS["grey"])
-            ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto")
-            ax.set_xticks(range(len(ms)))
-            ax.set_xticklabels([str(m) for m in ms])
-            ax.set_yticks(range(len(comps)))
-            ax.set_yticklabels([_COMPONENT_LABELS.get(c, c) for c in comps] if j == 0 else [])
-            ax.set_xlabel("mantissa bits M")
-            ax.grid(False)
-            for side in ("left", "bottom"):
-                ax.spines[side].set_visible(False)
-            ax.tick_params(length=0)
-            ref = float(r["ref_final"][(r["ref_problem"] == p) & (r["ref_optimizer"] == o)][0])
-            ax.set_title(f"({next(letters)}) {_OPT_LABELS.get(o, o)}, "
-                         f"{_PROBLEM_LABELS.get(p, p)} (FP32: {ref:.2g})", fontsize=9.5)
+    for _, p, j, o, ax, letter in style.panel_grid(fig, problems, optimizers):
+        comps = components  # the same rows in every panel; blank where n/a
+        grid = np.full((len(comps), len(ms)), np.nan)
+        for a, c in enumerate(comps):
+            for b, m in enumerate(ms):
+                k = np.flatnonzero((r["problem"] == p) & (r["optimizer"] == o)
+                                   & (r["component"] == c) & (r["mantissa"] == m))
+                if k.size:
+                    grid[a, b] = classes.index(str(r["cls"][k[0]]))
+                    ax.text(b, a, _cell_text(float(r["ratio"][k[0]]), str(r["cls"][k[0]])),
+                            ha="center", va="center", fontsize=7.2)
+                elif b == len(ms) // 2:
+                    ax.text(b, a, "n/a (no AdamW parameter)", ha="center", va="center",
+                            fontsize=7, color=style.COLORS["grey"])
+        ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto")
+        ax.set_xticks(range(len(ms)))
+        ax.set_xticklabels([str(m) for m in ms])
+        ax.set_yticks(range(len(comps)))
+        ax.set_yticklabels([_COMPONENT_LABELS.get(c, c) for c in comps] if j == 0 else [])
+        ax.set_xlabel("mantissa bits M")
+        ax.grid(False)
+        for side in ("left", "bottom"):
+            ax.spines[side].set_visible(False)
+        ax.tick_params(length=0)
+        ref = float(r["ref_final"][(r["ref_problem"] == p) & (r["ref_optimizer"] == o)][0])
+        ax.set_title(f"({letter}) {_OPT_LABELS.get(o, o)}, "
+                     f"{_PROBLEM_LABELS.get(p, p)} (FP32: {ref:.2g})", fontsize=9.5)
     handles = [Patch(facecolor=c, edgecolor="#999999", label=lab)
                for c, lab in zip(_CLASS_COLORS, classes)]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8.5)

@@ -50,46 +50,42 @@ def precision_horizon(precision_horizon):
     slopes = horizon_claims.series_slopes(r)
 
     fig = style.new_figure(3.6 * len(optimizers) + 0.6, 2.9 * len(problems) + 0.9)
-    axes = fig.subplots(len(problems), len(optimizers), squeeze=False)
-    letters = iter("abcdefghij")
-    for i, p in enumerate(problems):
-        for j, o in enumerate(optimizers):
-            ax = axes[i][j]
-            cell = (r["problem"] == p) & (r["optimizer"] == o)
-            b2s = sorted({float(b) for b in r["b2"][cell]})
-            for k, b in enumerate(buffers):
-                sel = cell & (r["buffer"] == b)
-                if not sel.any():
-                    continue
-                color = _BUFFER_COLORS.get(b, style.COLORS["grey"])
-                for n, b2 in enumerate(b2s):
-                    s = sel & (r["b2"] == b2)
-                    T = r["horizon"][s].astype(float)
-                    order = np.argsort(T)
-                    x = np.log2(T[order]) + 0.06 * (k - 1.5) + 0.02 * (n - 1)
-                    y = r["smallest"][s][order].astype(float)
-                    ax.plot(x, y, color=color, lw=1.0, alpha=0.8,
-                            marker=_B2_MARKERS[b2_all.index(b2) % len(_B2_MARKERS)], ms=4)
-                # the theory's slope through the mean at the shortest horizon
-                T0 = int(r["horizon"][sel].min())
-                y0 = float(np.mean(r["smallest"][sel & (r["horizon"] == T0)]))
-                a = next(s["theory"] for s in slopes if (s["problem"], s["optimizer"],
-                                                         s["buffer"]) == (p, o, b))
-                Ts = np.unique(r["horizon"][sel]).astype(float)
-                xs = np.log2(Ts)
-                ax.plot(xs, y0 + a * (xs - np.log2(T0)), color=color, lw=1.0, ls="--",
-                        alpha=0.6)
-            ax.axhline(m_max + 0.5, color=style.COLORS["grey"], lw=0.8, ls=":")
-            ax.set_ylim(0, max(m_max + 2, float(r["smallest"][cell].max()) + 1))
-            Ts = np.unique(r["horizon"][cell])
-            ax.set_xticks(np.log2(Ts.astype(float)))
-            ax.set_xticklabels([f"{int(t) // 1000}k" if t % 1000 == 0 else str(int(t))
-                                for t in Ts])
-            ax.set_xlabel("horizon T (steps, log2 scale)")
-            if j == 0:
-                ax.set_ylabel("smallest fine M")
-            ax.set_title(f"({next(letters)}) {_OPT_LABELS.get(o, o)}, "
-                         f"{_PROBLEM_LABELS.get(p, p)}", fontsize=9.5)
+    for _, p, j, o, ax, letter in style.panel_grid(fig, problems, optimizers):
+        cell = (r["problem"] == p) & (r["optimizer"] == o)
+        b2s = sorted({float(b) for b in r["b2"][cell]})
+        for k, b in enumerate(buffers):
+            sel = cell & (r["buffer"] == b)
+            if not sel.any():
+                continue
+            color = _BUFFER_COLORS.get(b, style.COLORS["grey"])
+            for n, b2 in enumerate(b2s):
+                s = sel & (r["b2"] == b2)
+                T = r["horizon"][s].astype(float)
+                order = np.argsort(T)
+                x = np.log2(T[order]) + 0.06 * (k - 1.5) + 0.02 * (n - 1)
+                y = r["smallest"][s][order].astype(float)
+                ax.plot(x, y, color=color, lw=1.0, alpha=0.8,
+                        marker=_B2_MARKERS[b2_all.index(b2) % len(_B2_MARKERS)], ms=4)
+            # the theory's slope through the mean at the shortest horizon
+            T0 = int(r["horizon"][sel].min())
+            y0 = float(np.mean(r["smallest"][sel & (r["horizon"] == T0)]))
+            a = next(s["theory"] for s in slopes if (s["problem"], s["optimizer"],
+                                                     s["buffer"]) == (p, o, b))
+            Ts = np.unique(r["horizon"][sel]).astype(float)
+            xs = np.log2(Ts)
+            ax.plot(xs, y0 + a * (xs - np.log2(T0)), color=color, lw=1.0, ls="--",
+                    alpha=0.6)
+        ax.axhline(m_max + 0.5, color=style.COLORS["grey"], lw=0.8, ls=":")
+        ax.set_ylim(0, max(m_max + 2, float(r["smallest"][cell].max()) + 1))
+        Ts = np.unique(r["horizon"][cell])
+        ax.set_xticks(np.log2(Ts.astype(float)))
+        ax.set_xticklabels([f"{int(t) // 1000}k" if t % 1000 == 0 else str(int(t))
+                            for t in Ts])
+        ax.set_xlabel("horizon T (steps, log2 scale)")
+        if j == 0:
+            ax.set_ylabel("smallest fine M")
+        ax.set_title(f"({letter}) {_OPT_LABELS.get(o, o)}, "
+                     f"{_PROBLEM_LABELS.get(p, p)}", fontsize=9.5)
     handles = [Line2D([], [], color=_BUFFER_COLORS[b], lw=1.2, label=_BUFFER_LABELS[b])
                for b in buffers if b in _BUFFER_COLORS]
     handles += [Line2D([], [], color="#555555", lw=0, marker=_B2_MARKERS[n % 5], ms=4,

@@ -105,6 +105,16 @@ def new_figure(width: float = 7.0, height: float = 4.5) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
+def panel_grid(fig: Figure, rows: list, cols: list):
+    """The panels of a ``len(rows)`` x ``len(cols)`` grid of ``fig``, row by row, as
+    ``(i, row, j, col, ax, letter)``, lettered a, b, c, ... in that order."""
+    axes = fig.subplots(len(rows), len(cols), squeeze=False)
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    for i, row in enumerate(rows):
+        for j, col in enumerate(cols):
+            yield i, row, j, col, axes[i][j], next(letters)
+
+
 def format_label(name: str) -> str:
     """Display name of a format (``float8_e4m3fn`` -> ``FP8 E4M3``)."""
     return _FORMAT_LABELS.get(name, name)
