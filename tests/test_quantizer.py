@@ -177,3 +177,38 @@ def test_bfloat16_dequantization_rounds_once():
     c = quantize(x.astype(np.float32) / q.scales(x), "e4m3")
     exact = c.astype(np.float64) * q.scales(x).astype(np.float64)
     assert_array_equal(out.astype(np.float64), quantize(exact, "bf16"))
+
+
+def test_memo_of_shapes_changes_no_result_nor_check():
+    """A quantizer remembers what follows from each input shape and dtype: the memo is bounded
+    (64 entries), is not pickled, changes no result, and skips no check of a new shape."""
+    import pickle
+
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal(s).astype(dt) for s in [(3, 8), (8, 3), (8,), (2, 3, 8), ()]
+          for dt in (np.float32, np.float64, np.float16)]
+    xs += [np.zeros((2, 8), np.float32), np.array([[0.0] * 8, [1e-40] * 8], np.float32)]
+    for q in (Quantizer("e4m3", granularity="row"), Quantizer("int4", granularity="tensor"),
+              Quantizer("e4m3", "sr", granularity="row", scale="absmax_pow2")):
+        fresh = pickle.dumps(q)
+        kw = {"key": 3} if q.mode == "sr" else {}
+        want = [Quantizer(q.fmt, q.mode, granularity=q.granularity, scale=q.scale)(x, **kw)
+                for x in xs]  # each from a new quantizer: no memo
+        for _ in range(2):
+            for x, w in zip(xs, want):
+                got = q(x, **kw)
+                assert got.dtype == w.dtype and got.shape == w.shape
+                bits = [np.atleast_1d(v).view(np.uint8) for v in (got, w)]
+                assert_array_equal(*bits)
+        assert pickle.dumps(q) == fresh
+    for n in range(1, 80):
+        q(np.ones((2, n), np.float32), key=n)
+    assert 0 < len(q.__dict__["_memo"]) <= 64
+    g = Quantizer("int4", granularity=4)
+    g(np.ones((2, 8), np.float32))
+    with pytest.raises(ValueError, match=r"group size 4 does not divide the last axis \(6\)"):
+        g(np.ones((2, 6), np.float32))
+    x = np.ones((2, 8), np.float32)
+    x[1, 3] = np.nan
+    with pytest.raises(ValueError, match="input has 1 non-finite values"):
+        g(x)
