@@ -9,6 +9,8 @@ import pytest
 from ecosim import claims
 from ecosim.experiments.lm import METHODS, LMTableConfig, method_parts, records_to_results
 from ecosim.figures.lm import lm_markdown
+from lm_records import linear_curve as _curve
+from lm_records import run_record as _rec
 
 T975 = {2: 4.302652729749464, 3: 3.182446305284263}  # Student t quantiles (tables), df 2, 3
 
@@ -33,30 +35,6 @@ def test_t_interval_against_hand_computation():
         claims.t_interval([[1.0, 2.0]])
     with pytest.raises(ValueError, match=r"level must lie in \(0, 1\)"):
         claims.t_interval([1.0, 2.0], level=1.0)
-
-
-def _curve(steps, start, mid, end):
-    """Validation every steps/10: linear from start to mid over the first half, then from mid
-    to end over the second (train loss = validation loss)."""
-    out = []
-    for s in range(0, steps + 1, steps // 10):
-        h = steps / 2
-        v = start + (mid - start) * s / h if s <= h else mid + (end - mid) * (s - h) / h
-        out.append([s, v, v])
-    return out
-
-
-def _rec(method, seed, val, *, steps=100, curve=None, diverged=False, preset="micro"):
-    w, scheme, _ = method_parts(method)
-    bytes_ = {"master": 12.0, "naive": 9.0, "eco": 9.0, "fp": 16.0}[scheme]
-    curve = curve or _curve(steps, 3.0, val + 0.3, val)
-    return {"preset": preset, "method": method, "seed": seed, "steps": steps,
-            "tokens": 1024 * steps, "val_loss": None if diverged else val,
-            "final_train_loss": None if diverged else val, "diverged": diverged,
-            "curve": curve[:3] if diverged else curve,
-            "n_params": {"total": 49312, "non_embedding": 32928, "quantized": 32768},
-            "bytes_per_param": {"formula": bytes_, "measured": bytes_ + 0.01},
-            "peak_memory_bytes": 1, "tokens_per_s": 1.0}
 
 
 BASE = [2.00, 2.10, 1.95]                    # bf16_master, seeds 0 1 2

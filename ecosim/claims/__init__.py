@@ -12,6 +12,8 @@ decided here, by criteria fixed as module constants, so a verdict changes only w
   (:func:`lm_outcomes`, :func:`lm_cells`, :func:`lm_orderings`; figures ``lm_table``,
   ``lm_pareto``);
 * :mod:`.lm_moe`: the ECO paper's Figure 3 (the MoE model) on the LM (figure ``lm_moe``);
+* :mod:`.lm_switches`: the paper's bf16 autocast and E4M3 activations on the LM protocol:
+  paired effects and Table 1 with both on (figure ``lm_switches``; imported on demand);
 * :mod:`.dqt`: DQT's four claims on the MLP (figures ``dqt``, ``dqt_claims``);
 * :mod:`.dqt_lm`: DQT's claims (1) and (2) on the LM (figure ``dqt_lm``);
 * :mod:`.horizon`: precision against horizon (figure ``precision_horizon``);

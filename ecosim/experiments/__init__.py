@@ -38,6 +38,7 @@ from . import dqt_lm  # noqa: E402,F401  isort: skip
 from . import sr_bits  # noqa: E402,F401  isort: skip
 from . import lm_finetune  # noqa: E402,F401  isort: skip
 from . import lm_eco_adam  # noqa: E402,F401  isort: skip
+from . import lm_switches  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "Cache",
