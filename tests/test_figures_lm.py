@@ -83,7 +83,8 @@ def test_every_runner_method_has_a_style_and_a_label():
     gets a style of its own (no two methods drawn alike) and a label of its own."""
     names = list(recipes.LM_METHODS)
     assert set(names) == {"fp32", *METHODS, *(m.replace("fp8_", "int4_") for m in METHODS
-                                              if m.startswith("fp8_")), *OTHER_METHODS}
+                                              if m.startswith("fp8_")), *OTHER_METHODS,
+                          *recipes.lm_methods(kind="eco_adam")}
     looks = {m: tuple(sorted(run_style(m).items())) for m in names}
     int4 = {m for m in names if m.startswith("int4_")}  # INT4 looks like FP8: one per figure
     assert len(set(looks[m] for m in names if m not in int4)) == len(names) - len(int4)

@@ -25,11 +25,12 @@ import json
 
 import numpy as np
 
+from ..experiments.lm import combine_runs
 from .lm import lm_outcomes
 from .stats import t_interval
 
-__all__ = ["SWITCHES", "setting_without_switches", "switches_of", "switch_effects",
-           "paper_protocol"]
+__all__ = ["SWITCHES", "setting_without_switches", "switches_of", "check_comparable",
+           "switch_effects", "paper_protocol"]
 
 #: The switches a run record can carry (its ``run_setting`` key) and their labels.
 SWITCHES = {"autocast": "bf16 autocast", "act_fp8": "E4M3 activations"}
@@ -60,8 +61,10 @@ def _identity(r, i) -> tuple:
     return str(r["preset"][i]), setting_without_switches(str(r["setting"][i]))
 
 
-def _check_comparable(off, on) -> None:
-    """Every switched run must be the off runs' experiment apart from its switches."""
+def check_comparable(off, on, *, switched: bool = True) -> None:
+    """Refuse (ValueError naming the run and the field) unless every run of ``on`` is the
+    protocol of the runs of ``off`` (one preset and setting) apart from its switches; with
+    ``switched`` (default) every run of ``on`` must also have a switch on."""
     base = {_identity(off, i) for i in range(len(off["method"]))}
     if len(base) != 1:
         raise ValueError(f"the reference runs hold {len(base)} protocols (preset and setting); "
@@ -73,24 +76,17 @@ def _check_comparable(off, on) -> None:
         if p != preset:
             raise ValueError(f"switched run {on['method'][i]} seed {int(on['seed'][i])} is "
                              f"preset {p!r}; the reference runs are {preset!r}")
+        if switched and not switches_of(str(on["setting"][i])):
+            raise ValueError(f"run {on['method'][i]} seed {int(on['seed'][i])} of the switched "
+                             f"runs has no switch on; expected one of {list(SWITCHES)}")
         if s != setting:
             d = json.loads(s)
-            key = next(k for k in sorted(set(d) | set(ref)) if d.get(k) != ref.get(k))
+            key = next((k for k in sorted(set(d) | set(ref)) if d.get(k) != ref.get(k)),
+                       "its formatting")
             raise ValueError(f"switched run {on['method'][i]} seed {int(on['seed'][i])} differs "
                              f"from the reference protocol in {key!r} ({d.get(key)!r:.60} vs "
                              f"{ref.get(key)!r:.60}): remake the results file with this "
                              "protocol (benchmarks/lm_protocol.py)")
-
-
-def _concat(a, b) -> dict[str, np.ndarray]:
-    width = max(a["curve_step"].shape[1], b["curve_step"].shape[1])
-
-    def pad(x):
-        x = np.asarray(x)
-        if x.ndim == 2 and x.shape[1] < width:
-            return np.pad(x, ((0, 0), (0, width - x.shape[1])), constant_values=np.nan)
-        return x
-    return {k: np.concatenate([pad(a[k]), pad(b[k])]) for k in a}
 
 
 def switch_effects(off, on) -> list[dict]:
@@ -111,8 +107,8 @@ def switch_effects(off, on) -> list[dict]:
     Raises:
         ValueError: the switched runs are not the reference protocol apart from switches.
     """
-    _check_comparable(off, on)
-    both = _concat(off, on)
+    check_comparable(off, on)
+    both = combine_runs(None, [], [off, on])
     n_off = len(off["method"])
     method = np.asarray(both["method"]).astype(str)
     # stalls of every run judged against the plain BF16-with-master run of its seed
@@ -155,7 +151,7 @@ def paper_protocol(off, on) -> dict[str, np.ndarray]:
         ValueError: the switched runs are not the reference protocol apart from switches, or
             one method appears in ``on`` with two different sets of switches.
     """
-    _check_comparable(off, on)
+    check_comparable(off, on)
     on_methods: dict[str, tuple] = {}
     for m, s in zip(np.asarray(on["method"]).astype(str), on["setting"]):
         prev = on_methods.setdefault(m, switches_of(str(s)))
@@ -163,7 +159,7 @@ def paper_protocol(off, on) -> dict[str, np.ndarray]:
             raise ValueError(f"method {m} appears with switches {prev} and "
                              f"{switches_of(str(s))}; expected one set per method")
     keep = np.array([str(m) not in on_methods for m in off["method"]], dtype=bool)
-    both = _concat({k: np.asarray(v)[keep] for k, v in off.items()}, on)
+    both = combine_runs(None, [], [{k: np.asarray(v)[keep] for k, v in off.items()}, on])
     both["switches"] = np.array(["+".join(switches_of(str(s))) for s in both["setting"]])
     both["setting"] = np.array([setting_without_switches(str(s)) for s in both["setting"]])
     return both

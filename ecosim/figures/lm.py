@@ -52,6 +52,9 @@ def run_style(method: str) -> dict:
     w, scheme, mode = method_parts(method)
     if w == "fp32":
         return {"color": style.COLORS["grey"], "ls": ":", "marker": "."}
+    if scheme == "eco_adam":  # ECO's variants for AdamW: one look each (fp8_ecomx_sr, ...)
+        color, marker = style.ECO_ADAM_STYLES[method.split("_")[1]]
+        return {"color": color, "ls": style.MODE_LINESTYLES[mode], "marker": marker}
     return method_style(w, scheme, mode)
 
 

@@ -43,8 +43,8 @@ two run with --set lm_eco_adam.methods=... The numbers are in lm_eco_adam.md.
 _MLP_SCHEME = {"ecomx": "eco_momentum_exact", "ecowd": "eco_wd", "ecoguard": None,
                "eco": "eco"}
 _NONE = {"n": 0, "mean": np.nan, "lo": np.nan, "hi": np.nan}
-_COLORS = {"eco": style.COLORS["green"], "ecomx": style.COLORS["sky"],
-           "ecowd": style.COLORS["orange"], "ecoguard": style.COLORS["purple"]}
+_COLORS = {"eco": style.METHOD_COLORS["eco"],
+           **{v: c for v, (c, _) in style.ECO_ADAM_STYLES.items()}}
 
 
 def _split(method: str) -> tuple[str, str]:

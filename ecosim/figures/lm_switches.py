@@ -14,6 +14,7 @@ from matplotlib.ticker import MaxNLocator
 
 from .. import claims as _claims
 from ..claims import lm_switches as _sw
+from ..claims.stats import interval_text
 from . import style
 from .base import figure
 from .lm import (BASE, cell_text, method_label, method_order, run_style, verdict_text)
@@ -34,22 +35,14 @@ paper's orderings hold under each protocol.
 """
 
 
-def _interval(d: dict) -> str:
-    """``+0.0123 [-0.0040, +0.0286] n=3`` (a mean alone below two values; '' for none)."""
-    if not d["n"]:
-        return "no pair"
-    if d["n"] < 2:
-        return f"{d['mean']:+.4f} n=1"
-    return f"{d['mean']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}] n={d['n']}"
-
-
 def switches_markdown(effects, methods, cells_off, cells_on, order_off, order_on) -> str:
     """The effect table, then Table 1's gaps under both protocols and the orderings."""
     lines = ["| method | switch | effect on validation loss (on - off) | trained on / off |",
              "|---|---|---|---|"]
     for e in effects:
         sw = " + ".join(_sw.SWITCHES[s] for s in e["switches"])
-        lines.append(f"| {method_label(e['method'])} | {sw} | {_interval(e['effect'])} | {e['outcomes_on']['trained']} / "
+        lines.append(f"| {method_label(e['method'])} | {sw} | {interval_text(e['effect'])} | "
+                     f"{e['outcomes_on']['trained']} / "
                      f"{e['outcomes_off']['trained']} |")
     lines += ["", "Effect: the switched run's final validation loss (nats per byte) minus the "
               "plain run's, per seed (same init, data order and SR keys), mean and "

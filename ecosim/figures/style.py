@@ -11,7 +11,7 @@ import contextlib
 import matplotlib
 from matplotlib.figure import Figure
 
-__all__ = ["COLORS", "FORMAT_COLORS", "METHOD_COLORS", "MODE_LINESTYLES", "RC", "DPI",
+__all__ = ["COLORS", "FORMAT_COLORS", "METHOD_COLORS", "MODE_LINESTYLES", "ECO_ADAM_STYLES", "RC", "DPI",
            "SMOKE_DPI", "context", "new_figure", "format_label", "panel_title"]
 
 # Okabe & Ito's colour-blind-safe palette
@@ -43,6 +43,9 @@ METHOD_COLORS = {
     "eco_adam": COLORS["green"],  # ECO's variants for AdamW (the LM runner's fp8_eco*_*)
 }
 MODE_LINESTYLES = {"sr": "-", "rtn": "--"}
+#: ECO's variants for AdamW (the LM runner's fp8_<variant>_<mode>): colour and marker each
+ECO_ADAM_STYLES = {"ecomx": (COLORS["sky"], "P"), "ecowd": (COLORS["orange"], "p"),
+                   "ecoguard": (COLORS["purple"], "*")}
 ROUNDING_COLORS = {"rtn": COLORS["orange"], "sr": COLORS["blue"]}
 
 _FORMAT_LABELS = {
