@@ -93,8 +93,15 @@ def test_another_protocol_is_refused_naming_what_differs():
     assert list(tables) == ["refused"]
 
 
+class _Run:
+    """What a figure function receives: an experiment's run, its columns in ``results``."""
+
+    def __init__(self, results):
+        self.results = results
+
+
 def test_figure_tables_and_markdown():
-    fig, tables, md = figure_fn(lm=_off(), lm_switches=_on())
+    fig, tables, md = figure_fn(lm=_Run(_off()), lm_switches=_Run(_on()))
     eff = tables["effects"]
     i = list(eff["method"]).index("fp8_eco_sr")
     d = np.array(ON["fp8_eco_sr"]) - np.array(OFF["fp8_eco_sr"])

@@ -77,7 +77,8 @@ def _refused(reason: str):
 
 @figure("lm_switches", experiments=["lm", "lm_switches"], caption=CAPTION)
 def lm_switches(lm, lm_switches):
-    off, on = lm, lm_switches
+    # the experiments' result columns (a Run's, or plain column dicts as in the tests)
+    off, on = (getattr(x, "results", x) for x in (lm, lm_switches))
     try:
         effects = _sw.switch_effects(off, on)
         paper = _sw.paper_protocol(off, on)
