@@ -232,6 +232,22 @@ def test_schedule_table_equals_the_array_path_at_every_step_of_three_blocks(s):
     assert got.tobytes() == want.tobytes()
 
 
+def test_caches_are_neither_pickled_nor_copied():
+    import copy
+    import pickle
+
+    s = WarmupCosine(3e-3, 10**6)
+    for b in range(8):
+        s(b * 1024)
+    assert len(s._tables) == 8
+    for other in (pickle.loads(pickle.dumps(s)), copy.copy(s), copy.deepcopy(s)):
+        assert "_tables" not in other.__dict__ and other == s and other(5000) == s(5000)
+    opt = build("adamw-eco-sr-plain")
+    run(opt)
+    assert opt.__dict__["_param_memo"]
+    assert "_param_memo" not in copy.copy(opt).__dict__
+
+
 def test_schedule_tables_are_bounded_and_not_part_of_equality():
     s, fresh = WarmupCosine(1e-3, 100), WarmupCosine(1e-3, 100)
     for b in range(70):  # more blocks than are kept

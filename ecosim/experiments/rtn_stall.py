@@ -173,7 +173,8 @@ def rtn_stall(cfg: RtnStallConfig, unit: dict) -> dict:
 
     h = train(prob, opt, T, key=cfg.key, params=xstar + z, callbacks=[record])
     if h.outcome != "completed":
-        raise RuntimeError(f"rtn_stall: the {scheme} run {h.outcome} after {h.stopped_at} steps")
+        raise RuntimeError(f"rtn_stall: expected the {scheme} run to complete every step, it "
+                           f"{h.outcome} after {h.stopped_at} steps")
     grad = np.stack([prob.grad(w) for w in x[:-1]])  # the gradient each update used
     m_before = m[:-1]
     u = cfg.lr * (cfg.beta * m_before + (1.0 - cfg.beta) * grad)  # the update lr*m'

@@ -171,6 +171,10 @@ class QuantizedOptimizer:
         """The quantizer of parameter ``name``'s stored weights (None: full precision)."""
         return self._of_param(name)[0]
 
+    def __getstate__(self):
+        """The fields only: the per-parameter lookups are a cache, neither pickled nor copied."""
+        return {k: v for k, v in self.__dict__.items() if k != "_param_memo"}
+
     def _of_param(self, name: str) -> tuple[Quantizer | None, Scheme]:
         """``(weight quantizer, scheme record)`` of parameter ``name``, looked up once: the
         optimizer is frozen and its policies read-only, and a step asks several times."""

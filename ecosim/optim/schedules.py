@@ -81,6 +81,10 @@ class Schedule:
         lr = self._lr(t.reshape(-1).astype(np.float64)).reshape(t.shape)
         return float(lr) if scalar else lr
 
+    def __getstate__(self):
+        """The fields only: the tables are a cache, neither pickled nor copied."""
+        return {k: v for k, v in self.__dict__.items() if k != "_tables"}
+
     def _at(self, t: int) -> float:
         """``self(t)`` for a Python int ``t >= 0``, from a table of the block of
         :data:`_TABLE_BLOCK` steps around it, evaluated once by the array path.

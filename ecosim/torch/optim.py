@@ -262,6 +262,8 @@ class ECOAdamW(_ECOBase):
     schedule it follows and checks it: at every step ``group["lr"]`` must equal
     ``lr_schedule(t)`` exactly, else ValueError (nothing is written). For ``LambdaLR(opt,
     f)``, whose rate is ``base_lr * f(t)``, pass ``lr_schedule=lambda t: base_lr * f(t)``.
+    The optimizer pickles ``lr_schedule`` with itself, so a pickled optimizer needs a
+    picklable one (a module-level function or a ``functools.partial``, not a lambda).
 
     Args:
         params, weights, key, states, diagnostics: as :class:`ECOSGD` (``states`` keys ``"g"``,

@@ -300,6 +300,12 @@ class LMConfig:
                 "one-element GradSlot parameter broadcast to the weight's shape, which FSDP2 "
                 "cannot shard (it shards parameters, not buffers, and a slot has no rows)")
 
+    def lr_factor(self, step: int) -> float:
+        """The schedule's factor at ``step`` (:func:`lr_factor` of this run's steps, warmup and
+        final fraction): what the run's LambdaLR multiplies ``lr`` by, and what the schedule
+        guard reads ahead."""
+        return lr_factor(step, self.steps, self.warmup, self.final_lr)
+
     def resolved(self, world_size: int = 1) -> "LMConfig":
         """This config with every None default filled in for ``world_size`` processes.
 

@@ -25,7 +25,7 @@ from ..nn import data_parallel, store_weights
 from ..optim import ECOAdamW
 from . import checkpoint, record
 from .activations import quantize_activations
-from .config import LMConfig, lr_factor, method_of
+from .config import LMConfig, method_of
 from .distributed import Env, clip_grad_norm, fully_shard_model, gather_tensor, setup
 
 __all__ = ["build_optimizers", "train"]
@@ -67,8 +67,7 @@ def build_optimizers(model: Transformer, cfg: LMConfig) -> list:
                                     scale=method.dqt_scale, key=key,
                                     diagnostics=cfg.diagnostics, **hp))
         else:  # the guard reads the rates the run's LambdaLR will set (_Run): cfg.lr * factor
-            sched = ((lambda s: cfg.lr * lr_factor(s, cfg.steps, cfg.warmup, cfg.final_lr))
-                     if method.schedule_guard else None)
+            sched = (lambda s: cfg.lr * cfg.lr_factor(s)) if method.schedule_guard else None
             opts.insert(0, ECOAdamW(pairs, cfg.lr, weight_decay=cfg.weight_decay,
                                     scheme=method.scheme, weights=weights, key=key,
                                     diagnostics=cfg.diagnostics,
@@ -164,7 +163,7 @@ class _Run:
             quantize_activations(self.model)  # after the layers are stored
         if init is not None and not cfg.resume:  # and after it (a resume restores both)
             init["start_val_loss"] = self.evaluate()
-        lam = lambda s: lr_factor(s, cfg.steps, cfg.warmup, cfg.final_lr)  # noqa: E731
+        lam = lambda s: cfg.lr_factor(s)  # noqa: E731  (a function: LambdaLR saves no state)
         self.scheds = [torch.optim.lr_scheduler.LambdaLR(o, lam) for o in self.opts]
         self.hist = {"step": 0, "curve": [], "window": [], "recent": [], "tokens": 0,
                      "train_s": 0.0, "eval_s": 0.0, "wall_s": 0.0, "segments": 0,
