@@ -8,6 +8,7 @@ operations (+, *, /, sqrt) are the same everywhere. A test whose digests go thro
 checks them only where :func:`platform_probe` equals :data:`PINNED_PLATFORM` and skips
 elsewhere, naming both (:func:`skip_unless_pinned_platform`).
 """
+import functools
 import hashlib
 
 import numpy as np
@@ -20,6 +21,7 @@ from ecosim.experiments.provenance import blas_fingerprint
 PINNED_PLATFORM = ("d5ef2f766d382443", "e09a5f9cd1efe783")
 
 
+@functools.lru_cache(maxsize=1)
 def platform_probe() -> tuple[str, str]:
     """(BLAS probe, ufunc probe): hashes of fixed float32 products
     (:func:`~ecosim.experiments.provenance.blas_fingerprint`) and of NumPy's exp, tanh, log1p,

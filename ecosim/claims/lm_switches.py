@@ -25,7 +25,7 @@ import json
 
 import numpy as np
 
-from ..experiments.lm import combine_runs
+from ..experiments.lm import SWITCH_FLAGS, combine_runs
 from .lm import lm_outcomes
 from .stats import t_interval
 
@@ -33,7 +33,7 @@ __all__ = ["SWITCHES", "setting_without_switches", "switches_of", "check_compara
            "switch_effects", "paper_protocol"]
 
 #: The switches a run record can carry (its ``run_setting`` key) and their labels.
-SWITCHES = {"autocast": "bf16 autocast", "act_fp8": "E4M3 activations"}
+SWITCHES = dict(zip(SWITCH_FLAGS, ("bf16 autocast", "E4M3 activations"), strict=True))
 
 
 def setting_without_switches(setting: str) -> str:

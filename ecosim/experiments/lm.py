@@ -55,7 +55,7 @@ from .base import Config, ConfigError, at_least, distinct, experiment
 
 __all__ = ["LMTableConfig", "METHODS", "OTHER_METHODS", "method_parts", "records_to_results",
            "read_records", "run_setting", "describe_setting", "unique_runs",
-           "train_record", "run_units", "combine_runs"]
+           "train_record", "run_units", "combine_runs", "SWITCH_FLAGS"]
 
 #: Table 1's seven methods, in the paper's order (names of ``python -m ecosim.torch.lm``).
 METHODS = tuple(m.name for m in recipes.TABLE1)
@@ -172,6 +172,11 @@ _OUTCOME = ("steps_done", "tokens", "final_train_loss", "val_loss", "diverged",
             "diverged_at_step", "curve", "bytes_per_param", "n_params")
 
 
+#: the runner's switches of the paper's protocol (``--bf16-autocast``, ``--act-fp8``) as a
+#: record names them: part of a run's setting when on
+SWITCH_FLAGS = ("autocast", "act_fp8")
+
+
 def run_setting(record: dict) -> str:
     """What besides preset, method and seed defines a run, as canonical JSON.
 
@@ -194,7 +199,7 @@ def run_setting(record: dict) -> str:
         "corpus": corpus.get("sha256") if isinstance(corpus, dict) else corpus,
         "split": ({k: split.get(k) for k in ("block", "val_every")}
                   if isinstance(split, dict) else split)}
-    for flag in ("autocast", "act_fp8"):  # on only (absent or false: as older records)
+    for flag in SWITCH_FLAGS:  # on only (absent or false: as older records)
         if record.get(flag):
             setting[flag] = True
     init = record.get("init")
