@@ -40,8 +40,7 @@ class _ShapeInfo(NamedTuple):
     R: int  # the flat array as R rows of C, scaled per "row", "col" or "one" (_layout)
     C: int
     kind: str
-    tiny: np.floating  # np.finfo(dt).tiny and the format's max, in dt
-    rho: np.floating
+    tiny: np.floating  # np.finfo(dt).tiny
 
 
 @dataclass(frozen=True)
@@ -200,13 +199,16 @@ class Quantizer(QuantizerConfig):
     def _scales_dtype(xb: np.ndarray) -> np.dtype:
         return xb.dtype if xb.dtype in (np.float32, np.float64) else np.dtype(np.float32)
 
-    def _scales(self, xb: np.ndarray, axes: tuple) -> np.ndarray:
-        dt = self._scales_dtype(xb)
+    def _scales(self, xb: np.ndarray, axes: tuple, dt=None, tiny=None) -> np.ndarray:
+        """Scales of the blocks of ``xb`` (reduced over ``axes``) in the scales' dtype ``dt``
+        (``dt`` and ``tiny``, ``np.finfo(dt).tiny``, passed by callers that know them)."""
+        dt = self._scales_dtype(xb) if dt is None else dt
         if self.fixed:
             return np.full((1,) * xb.ndim, self.scale, dtype=dt)
         a = np.abs(xb.astype(dt, copy=False))
         amax = a.max(axis=axes, keepdims=True, initial=0.0)
-        if not np.isfinite(amax).all():  # NaN and inf show in their block's maximum
+        # NaN and inf show in their block's maximum, and in the maximum of those
+        if not math.isfinite(np.maximum.reduce(amax, axis=None, initial=0.0)):
             raise _nonfinite(xb)
         if self.scale == "absmean":
             tiny = np.finfo(dt).tiny
@@ -214,7 +216,7 @@ class Quantizer(QuantizerConfig):
             zero = amax == 0
             s = np.maximum(s, tiny)  # an underflowing scale: the smallest normal
             return np.where(zero, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
-        return self._absmax_scales(amax, dt)
+        return self._absmax_scales(amax, dt, tiny)
 
     def _absmax_scales(self, amax: np.ndarray, dt: np.dtype, tiny=None) -> np.ndarray:
         """Scales of blocks of absolute maximum ``amax`` (finite) under ``absmax``/``absmax_pow2``
@@ -224,19 +226,9 @@ class Quantizer(QuantizerConfig):
             s = np.maximum(amax / dt.type(self.rho), tiny)  # never 0 nor subnormal
         else:
             s = self._pow2(amax)
+        if amax.all():  # no block of zeros
+            return s.astype(dt, copy=False)
         return np.where(amax == 0, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
-
-    def _small_scales(self, xb: np.ndarray, xw: np.ndarray, info: _ShapeInfo) -> np.ndarray:
-        """:meth:`_scales` of a one-chunk array (``xw``: ``xb`` in the scales' dtype): for
-        ``absmax``, the same values in fewer NumPy calls. One reduction of the block maxima
-        says whether any is NaN or inf (both propagate through a maximum)."""
-        if self.fixed or self.scale != "absmax":
-            return self._scales(xb, info.axes)
-        amax = np.abs(xw).max(axis=info.axes, keepdims=True, initial=0.0)
-        if not math.isfinite(np.maximum.reduce(amax, axis=None, initial=0.0)):
-            raise _nonfinite(xb)
-        s = np.maximum(amax / info.rho, info.tiny)  # never 0 nor subnormal
-        return s if amax.all() else np.where(amax == 0, info.dt.type(1.0), s)  # zeros: s = 1
 
     def _pow2(self, amax: np.ndarray) -> np.ndarray:
         """Power-of-two scales (exact: frexp/ldexp), clamped to E8M0's range."""
@@ -311,7 +303,7 @@ class Quantizer(QuantizerConfig):
             plan = _prepare(self.fmt, dt, sr, self.nbits if sr else 32, self.saturate,
                             self.sr_rule if sr else "floor")
             info = _ShapeInfo(xb.shape, axes, dt, plan, *self._layout(x.shape),
-                              np.finfo(dt).tiny, dt.type(self.rho))
+                              np.finfo(dt).tiny)
             self._remember(x, info)
         dt, plan, R, C, kind = info.dt, info.plan, info.R, info.C, info.kind
         bits_src = None
@@ -322,7 +314,7 @@ class Quantizer(QuantizerConfig):
         if not codes_out and n <= _CHUNK:  # one chunk: whole-array steps cost fewer calls
             xw = xb.astype(dt, copy=False)
             if s is None:
-                s = self._small_scales(xb, xw, info)
+                s = self._scales(xb, info.axes, dt, info.tiny)
             y = (xw / s).reshape(-1)
             c = np.empty(n, dt)
             _kernel(plan, y, c, _chunk_bits(bits_src, 0, n))
