@@ -1,0 +1,92 @@
+"""The language model's runs keep their results and final weights bit for bit.
+
+Pins the sha256 of smoke-size runs of :func:`ecosim.torch.lm.train` (preset ``tiny``, 8 steps
+of 4 sequences of 32 bytes, validation on 2 batches every 4 steps, seed 0, one CPU thread, as
+the ``lm`` and ``dqt_lm`` experiments run them): of the run's result columns
+(:func:`ecosim.experiments.lm.records_to_results`: losses, curves, byte counts) and of the
+final checkpoint's model and optimizer tensors (names sorted). The methods cover FP32 (torch's
+AdamW alone), FP8 master weights with RTN, ECO with RTN and with SR (keyed random bits) and
+DQT ternary with SR; each run costs about a CPU-second. The digests were computed from the code before the training step's
+overheads were cut (commit 236958e) and must hold after any change that only makes a step
+cheaper.
+
+Like ``test_results_pinned``, the digests hold on the platform they were pinned on
+(``platform_pins``): matmuls and transcendental functions may round their last bits otherwise.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from platform_pins import skip_unless_pinned_platform
+
+torch = pytest.importorskip("torch")
+
+from ecosim.experiments.lm import records_to_results  # noqa: E402
+from ecosim.torch import lm as tlm  # noqa: E402
+
+#: the smoke protocol of the ``lm`` experiment (LMTableConfig.SMOKE), seed 0
+SMOKE = dict(preset="tiny", steps=8, batch=4, seq=32, eval_every=4, eval_batches=2, seed=0)
+
+# method -> (sha256 of the result columns, sha256 of the final model and optimizer tensors)
+PINNED = {
+    "fp8_eco_sr": ("931a1e41a79f91518625cd013a67ece0c52bd28183a0c9c5cd141027b902f0a0",
+                    "4058e5f68dcea778d81adfd3057ba43239d46758d068c366b0a948ffd82b472f"),
+    "fp32": ("b4fb3adb91d3968641d5e5c1c8a259b4e67d941e7a033fe219c3b35e4e869358",
+              "90c96185c634726fb8ed41fb6656538f80e8409b82b696dd34069894d8cfa420"),
+    "fp8_master_rtn": ("2b4bacdced59399dc5559c648f5c22f12324913c9bc38dd02cf20ca7b39669fe",
+                        "f9ac08e25aec97da460309c4f7d6f18990bf5582a6b091d7d52777aff7364c55"),
+    "fp8_eco_rtn": ("453fae564250bb41e6e3523aa04dc435008206e416e5c94a8b5ce20952d92cf8",
+                     "f53a402dfa2a5b01dcb5f1b7d001a49d79c2a5fcb520d16b01e51442632d0796"),
+    "dqt_ternary_sr": ("7acfd3fff55eb4b07eaa42af97b15403b93fdfb4f0da7f1ca8687e4935312807",
+                        "214129125bb0cd584a2829caad694b6ab9bb5fd695debaab7df69caafb7732a9"),
+}
+
+
+def digest_arrays(arrays: dict) -> str:
+    """sha256 over named arrays: name, dtype, shape and bytes, names sorted."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        for part in (name, str(a.dtype), repr(a.shape)):
+            h.update(part.encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def tensors_of(tree, prefix: str = "") -> dict:
+    """Every tensor in a nested dict/list of a checkpoint, keyed by its path, as NumPy bytes
+    (viewed as unsigned integers of the same width: bfloat16 and float8 have no NumPy dtype)."""
+    out = {}
+    if isinstance(tree, torch.Tensor):
+        t = tree.detach().cpu().contiguous()
+        view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+        out[f"{prefix}:{t.dtype}"] = t.view(view).numpy()
+    elif isinstance(tree, dict):
+        for k, v in tree.items():
+            out.update(tensors_of(v, f"{prefix}/{k}"))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            out.update(tensors_of(v, f"{prefix}/{i}"))
+    return out
+
+
+def run_digests(method: str, out) -> tuple[str, str]:
+    """(results digest, final tensors digest) of the smoke run of ``method``, one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rec = tlm.train(tlm.LMConfig(method=method, quiet=True, out=str(out), **SMOKE))
+    finally:
+        torch.set_num_threads(threads)
+    ck = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    final = tensors_of({"model": ck["model"], "optimizers": ck["optimizers"]})
+    return digest_arrays(records_to_results([rec])), digest_arrays(final)
+
+
+@pytest.mark.parametrize("method", list(PINNED))
+def test_smoke_lm_runs_are_pinned(method, tmp_path):
+    skip_unless_pinned_platform()
+    assert run_digests(method, tmp_path) == PINNED[method]
