@@ -63,8 +63,9 @@ import numpy as np
 
 from ..checks import check_bool, check_positive
 from ..quantizer import Quantizer
-from .adamw import AdamW
+from .adamw import AdamW, AdamWState
 from .base import QuantizedOptimizer
+from .sgdm import momentum_step
 from .schemes import Scheme, get
 
 __all__ = ["Muon", "MuonState", "muon", "newton_schulz", "NS_COEFFICIENTS"]
@@ -114,8 +115,13 @@ def newton_schulz(g: np.ndarray, steps: int = 5, *, eps: float = 1e-7,
     return x.reshape(shape)
 
 
-class MuonState(NamedTuple):
-    """State of :class:`Muon` (immutable; arrays shaped as the params).
+# AdamW's record without ``pending``: Muon runs AdamW's step on its non-matrix parameters and
+# carries no error through its momentum, so it keeps AdamW's buffers and nothing else.
+MuonState = NamedTuple("MuonState", [(f, AdamWState.__annotations__[f])
+                                     for f in AdamWState._fields if f != "pending"])
+MuonState.__doc__ = """State of :class:`Muon` (immutable; arrays shaped as the params).
+
+    The fields of :class:`~ecosim.optim.AdamWState` but ``pending``, in its order.
 
     Attributes:
         step: index of the next update (0 after init).
@@ -127,14 +133,6 @@ class MuonState(NamedTuple):
         c: Kahan compensation (scheme ``"kahan"``).
         key: root key of the SR draws.
     """
-
-    step: int
-    m: Any
-    v: Any
-    master: Any
-    e_prev: Any
-    c: Any
-    key: int
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -223,16 +221,7 @@ class Muon(QuantizedOptimizer):
         q = self.weight_quantizer(name)
         sch = self.scheme_object(name)
         beta, lr = self.beta, ctx.lr
-        m = np.multiply(b["m"], beta)
-        m += (1.0 - beta) * g
-        m = self._qstate("m", m, ctx, name)
-        if self.nesterov:
-            n = np.multiply(m, beta)
-            n += (1.0 - beta) * g
-        else:
-            n = m
-        out = {"m": m}
-        held = self.carry_buffers(name, w, q, ctx, out, b)
+        m, n, out, held = momentum_step(self, name, w, g, b, q, ctx, beta, nesterov=self.nesterov)
         if held is not None:  # lr == 0: the weights are left as they are
             return held
         o = newton_schulz(n, self.ns_steps)

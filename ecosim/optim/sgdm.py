@@ -173,19 +173,8 @@ class SGDM(QuantizedOptimizer):
         beta, lr = self.beta, ctx.lr
         if self.weight_decay:
             g = g + self.weight_decay * w  # coupled L2 at the stored weights
-        m = np.multiply(b["m"], beta)
-        if self.heavy_ball:
-            m += g
-        else:
-            m += (1.0 - beta) * g
-        m = self._qstate("m", m, ctx, name)
-        if self.nesterov:
-            u = np.multiply(m, beta)
-            u += g if self.heavy_ball else (1.0 - beta) * g
-        else:
-            u = m
-        out = {"m": m}
-        held = self.carry_buffers(name, w, q, ctx, out, b)
+        m, u, out, held = momentum_step(self, name, w, g, b, q, ctx, beta,
+                                        nesterov=self.nesterov, heavy_ball=self.heavy_ball)
         if held is not None:  # lr == 0: the weights are left as they are
             return held
         base = sch.base_value(w, b.__getitem__, pending=ctx.pending, linear=True)
@@ -203,6 +192,31 @@ class SGDM(QuantizedOptimizer):
         if ctx.lr_next > 0.0:
             m -= e * (1.0 / (self.gain * ctx.lr_next))
         return self._qstate("m", m, ctx, name, "m_inject")
+
+
+def momentum_step(opt: QuantizedOptimizer, name: str, w: np.ndarray, g: np.ndarray, b: dict,
+                  q: Quantizer | None, ctx: StepContext, beta: float, *, nesterov: bool,
+                  heavy_ball: bool = False) -> tuple:
+    """The momentum part of an SGDM or Muon step on parameter ``name``.
+
+    ``m = beta m + (1 - beta) g`` (heavy ball: ``+ g``) stored in ``m``'s format (SR tag
+    ``"m"``), the direction ``n = beta m + (1 - beta) g`` (Nesterov; heavy ball ``+ g``) or
+    ``m``, and the scheme's carried buffers (:meth:`QuantizedOptimizer.carry_buffers`).
+
+    Returns:
+        ``(m, n, out, held)``: ``out`` the new buffers so far, ``held`` the step's result when
+        its rate is 0 (the weights left as they are), else None.
+    """
+    m = np.multiply(b["m"], beta)
+    m += g if heavy_ball else (1.0 - beta) * g
+    m = opt._qstate("m", m, ctx, name)
+    if nesterov:
+        n = np.multiply(m, beta)
+        n += g if heavy_ball else (1.0 - beta) * g
+    else:
+        n = m
+    out = {"m": m}
+    return m, n, out, opt.carry_buffers(name, w, q, ctx, out, b)
 
 
 def sgdm(lr: float | Callable[[int], float], beta: float = 0.9, *, scheme: str = "eco",
