@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -26,17 +26,15 @@ from .. import rng
 from ..optim import adamw, muon, warmup_cosine
 from ..problems import MLP, Rosenbrock
 from ..train import initial_point, train
-from .base import Config, interval, positive
+from .base import (Check, Config, ConfigError, at_least, distinct, interval, non_negative,
+                   nonempty, one_of, positive)
 
-__all__ = ["AsMatrix", "PROBLEMS", "OptimizerConfig", "make_problem", "make_optimizer",
-           "run_training", "classify", "CLASSES"]
+__all__ = ["AsMatrix", "PROBLEMS", "OPTIMIZERS", "OptimizerConfig", "SweepConfig",
+           "make_problem", "make_optimizer", "run_training", "classify", "CLASSES"]
 
 PROBLEMS = ("rosenbrock", "mlp")
+OPTIMIZERS = ("adamw", "muon")
 CLASSES = ("fine", "degraded", "failed")
-
-# Rosenbrock: loss at or below this counts as solved (the optimum has f = 0; float64 runs
-# reach 1e-15, Muon about 1e-6, its final step size): losses are compared above this floor.
-ROSEN_FLOOR = 1e-5
 
 
 class AsMatrix:
@@ -102,6 +100,67 @@ class OptimizerConfig(Config):
 
     def _shared(self) -> dict:
         return {"b1": self.b1, "muon_beta": self.muon_beta, "final_lr_frac": self.final_lr_frac}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepConfig(OptimizerConfig):
+    """What the mantissa sweeps (``mantissa_sweep``, ``precision_horizon``) share: the problems
+    and optimizers run, the rounding mode, Rosenbrock's matrix shape for Muon, the MLP's size
+    and batch, the peak learning rates per problem (tuned on the FP32 runs), and
+    ``rosen_floor``: a Rosenbrock loss at or below it counts as solved (the optimum has f = 0;
+    float64 runs reach 1e-15, Muon about 1e-6, its final step size), so losses there are
+    compared above this floor (:func:`classify`)."""
+
+    problems: tuple[str, ...] = PROBLEMS
+    optimizers: tuple[str, ...] = OPTIMIZERS
+    mode: Literal["rtn", "sr"] = "rtn"
+    rosen_rows: int = 4
+    rosen_cols: int = 4
+    mlp_sizes: tuple[int, ...] = (16, 32, 32, 8)
+    mlp_train: int = 2048
+    batch_size: int = 64
+    rosen_adamw_lr: float = 0.1
+    rosen_muon_lr: float = 0.03
+    mlp_adamw_lr: float = 0.04
+    mlp_muon_lr: float = 0.04
+    rosen_floor: float = 1e-5
+    CHECKS: ClassVar[dict] = {
+        "problems": (nonempty, distinct, one_of(PROBLEMS)),
+        "optimizers": (nonempty, distinct, one_of(OPTIMIZERS)),
+        "rosen_rows": at_least(1), "rosen_cols": at_least(1),
+        "mlp_sizes": (Check("two or more widths", lambda t: len(t) >= 2, each=False),
+                      at_least(1)),
+        "mlp_train": at_least(1), "batch_size": at_least(1),
+        "rosen_adamw_lr": positive, "rosen_muon_lr": positive,
+        "mlp_adamw_lr": positive, "mlp_muon_lr": positive, "rosen_floor": non_negative}
+
+    def __post_init__(self):
+        super().__post_init__()
+        name = type(self).__name__
+        if self.rosen_rows * self.rosen_cols < 2:
+            raise ConfigError(f"{name}: Rosenbrock needs d = rows * cols >= 2")
+        if self.batch_size > self.mlp_train:
+            raise ConfigError(f"{name}.batch_size: expected at most mlp_train "
+                              f"({self.mlp_train}), got {self.batch_size}")
+
+    def peak_lrs(self, problem: str) -> dict:
+        """``adamw_lr`` and ``muon_lr`` of :func:`make_optimizer` for ``problem``."""
+        p = "rosen" if problem == "rosenbrock" else "mlp"
+        return {"adamw_lr": getattr(self, f"{p}_adamw_lr"),
+                "muon_lr": getattr(self, f"{p}_muon_lr")}
+
+    def loss_floor(self, problem: str) -> float:
+        """The ``floor`` of :func:`classify` on ``problem`` (``rosen_floor`` or 0)."""
+        return self.rosen_floor if problem == "rosenbrock" else 0.0
+
+    def batch(self, problem: str) -> int | None:
+        """The mini-batch size on ``problem`` (None: Rosenbrock is full batch)."""
+        return None if problem == "rosenbrock" else self.batch_size
+
+    def problem(self, name: str, optimizer: str, key: int):
+        """:func:`make_problem` with this config's Rosenbrock shape and MLP size."""
+        return make_problem(name, optimizer, rosen_shape=(self.rosen_rows, self.rosen_cols),
+                            mlp_sizes=self.mlp_sizes, mlp_train=self.mlp_train, key=key)
 
 
 def make_optimizer(optimizer: str, steps: int, *, adamw_lr: float, muon_lr: float, b1: float,

@@ -32,72 +32,49 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import numpy as np
 
 from ..formats import custom
 from ..quantizer import Quantizer
 from . import _lowprec as lp
-from .base import (Check, ConfigError, at_least, distinct, experiment, interval, non_negative,
-                   nonempty, one_of, positive)
+from .base import (ConfigError, at_least, distinct, experiment, interval, non_negative, nonempty,
+                   one_of)
 
 __all__ = ["MantissaSweepConfig", "COMPONENTS", "component_setup"]
 
 COMPONENTS = ("weights", "weights_eco", "g", "m", "v", "all")
-_OPTIMIZERS = ("adamw", "muon")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MantissaSweepConfig(lp.OptimizerConfig):
-    """Mantissa widths x components x optimizers x problems (defaults: the full figure)."""
+class MantissaSweepConfig(lp.SweepConfig):
+    """Mantissa widths x components x optimizers x problems (defaults: the full figure); the
+    problems, optimizers, sizes and peak learning rates are :class:`._lowprec.SweepConfig`'s."""
 
-    problems: tuple[str, ...] = lp.PROBLEMS
-    optimizers: tuple[str, ...] = _OPTIMIZERS
     components: tuple[str, ...] = COMPONENTS
     mantissas: tuple[int, ...] = (23, 10, 7, 5, 4, 3, 2, 1)
-    mode: Literal["rtn", "sr"] = "rtn"
-    rosen_rows: int = 4
-    rosen_cols: int = 4
     rosen_steps: int = 2000
-    mlp_sizes: tuple[int, ...] = (16, 32, 32, 8)
-    mlp_train: int = 2048
     mlp_steps: int = 500
-    batch_size: int = 64
     points: int = 25
     seeds: tuple[int, ...] = (0, 1)   # MLP keys (data, teacher, init); Rosenbrock uses the first
-    # peak learning rates and AdamW's b2 per problem, tuned on the FP32 runs
-    rosen_adamw_lr: float = 0.1
-    rosen_muon_lr: float = 0.03
+    # AdamW's b2 per problem, tuned on the FP32 runs
     rosen_b2: float = 0.99
-    mlp_adamw_lr: float = 0.04
-    mlp_muon_lr: float = 0.04
     mlp_b2: float = 0.999
 
     SMOKE: ClassVar[dict] = {"components": ("weights", "v"), "mantissas": (7, 1),
                              "rosen_steps": 150, "mlp_sizes": (8, 16, 4), "mlp_train": 256,
                              "mlp_steps": 40, "batch_size": 32, "points": 5, "seeds": (0,)}
     CHECKS: ClassVar[dict] = {
-        "problems": (nonempty, distinct, one_of(lp.PROBLEMS)),
-        "optimizers": (nonempty, distinct, one_of(_OPTIMIZERS)),
         "components": (nonempty, distinct, one_of(COMPONENTS)),
         # custom(8, M) rounds float32 values: 1 <= M <= 23
         "mantissas": (nonempty, distinct, interval("[1, 23]")),
-        "rosen_rows": at_least(1), "rosen_cols": at_least(1), "rosen_steps": at_least(1),
-        "mlp_sizes": (Check("two or more widths", lambda t: len(t) >= 2, each=False),
-                      at_least(1)),
-        "mlp_train": at_least(1), "mlp_steps": at_least(1), "batch_size": at_least(1),
-        "points": at_least(1), "seeds": (nonempty, distinct, non_negative),
-        "rosen_adamw_lr": positive, "rosen_muon_lr": positive, "rosen_b2": interval("[0, 1)"),
-        "mlp_adamw_lr": positive, "mlp_muon_lr": positive, "mlp_b2": interval("[0, 1)")}
+        "rosen_steps": at_least(1), "mlp_steps": at_least(1), "points": at_least(1),
+        "seeds": (nonempty, distinct, non_negative), "rosen_b2": interval("[0, 1)"),
+        "mlp_b2": interval("[0, 1)")}
 
     def __post_init__(self):
         super().__post_init__()
-        if self.rosen_rows * self.rosen_cols < 2:
-            raise ConfigError("MantissaSweepConfig: Rosenbrock needs d = rows * cols >= 2")
-        if self.batch_size > self.mlp_train:
-            raise ConfigError(f"MantissaSweepConfig.batch_size: expected at most mlp_train "
-                              f"({self.mlp_train}), got {self.batch_size}")
         if self.points > min(self.rosen_steps, self.mlp_steps):
             raise ConfigError("MantissaSweepConfig.points must not exceed the steps")
 
@@ -106,10 +83,8 @@ class MantissaSweepConfig(lp.OptimizerConfig):
 
     def recipe(self, problem: str) -> dict:
         """The keyword arguments of :func:`._lowprec.make_optimizer` for ``problem``."""
-        p = "rosen" if problem == "rosenbrock" else "mlp"
-        return {"adamw_lr": getattr(self, f"{p}_adamw_lr"),
-                "muon_lr": getattr(self, f"{p}_muon_lr"), "b2": getattr(self, f"{p}_b2"),
-                **self._shared()}
+        b2 = self.rosen_b2 if problem == "rosenbrock" else self.mlp_b2
+        return {**self.peak_lrs(problem), "b2": b2, **self._shared()}
 
 
 def _applies(problem: str, optimizer: str, component: str) -> bool:
@@ -158,11 +133,6 @@ def _identity(problem: str, mantissa: int) -> bool:
     return problem == "mlp" and mantissa == 23
 
 
-def _problem(cfg: MantissaSweepConfig, problem: str, optimizer: str, seed: int):
-    return lp.make_problem(problem, optimizer, rosen_shape=(cfg.rosen_rows, cfg.rosen_cols),
-                           mlp_sizes=cfg.mlp_sizes, mlp_train=cfg.mlp_train, key=seed)
-
-
 def _combine(cfg: MantissaSweepConfig, units: list[dict], results: list[dict]) -> dict:
     """One row per (problem, optimizer, component, M): the mean final loss over the seeds, its
     class against the mean of the fp references, and a per-component summary."""
@@ -186,7 +156,7 @@ def _combine(cfg: MantissaSweepConfig, units: list[dict], results: list[dict]) -
                     rs = by[p, o, "fp", 0] if _identity(p, m) else by[p, o, c, m]
                     finals = np.array([float(r["final"]) for r in rs])
                     ref, ini, _ = refs[p, o]
-                    floor = lp.ROSEN_FLOOR if p == "rosenbrock" else 0.0
+                    floor = cfg.loss_floor(p)
                     final = float(finals.mean())
                     row = {"problem": p, "optimizer": o, "component": c, "mantissa": m,
                            "final": final, "final_min": float(finals.min()),
@@ -247,7 +217,6 @@ def mantissa_sweep(cfg: MantissaSweepConfig, unit: dict) -> dict:
     steps = cfg.steps(p)
     opt = lp.make_optimizer(o, steps, scheme=scheme, weights=weights, states=states,
                             **cfg.recipe(p))
-    prob = _problem(cfg, p, o, unit["seed"])
-    bs = None if p == "rosenbrock" else cfg.batch_size
-    return lp.run_training(prob, opt, steps, key=unit["seed"], batch_size=bs,
+    prob = cfg.problem(p, o, unit["seed"])
+    return lp.run_training(prob, opt, steps, key=unit["seed"], batch_size=cfg.batch(p),
                            points=cfg.points)

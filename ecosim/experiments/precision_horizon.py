@@ -47,14 +47,13 @@ import numpy as np
 from ..formats import custom
 from ..quantizer import Quantizer
 from . import _lowprec as lp
-from .base import (Check, ConfigError, at_least, distinct, experiment, interval, nonempty,
-                   non_negative, one_of, positive)
+from .base import (ConfigError, at_least, distinct, experiment, interval, nonempty, non_negative,
+                   one_of)
 from .mantissa_sweep import component_setup
 
 __all__ = ["PrecisionHorizonConfig", "BUFFERS", "smallest_fine", "buffers_for"]
 
 BUFFERS = ("weights", "g", "m", "v")
-_OPTIMIZERS = ("adamw", "muon")
 
 
 def smallest_fine(is_fine: Callable[[int], bool], lo: int, hi: int, *,
@@ -118,12 +117,12 @@ def buffers_for(optimizer: str, buffers: tuple[str, ...] = BUFFERS) -> tuple[str
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PrecisionHorizonConfig(lp.OptimizerConfig):
+class PrecisionHorizonConfig(lp.SweepConfig):
     """Horizons x b2 x optimizers x problems; per buffer a search over the mantissa width.
-    Defaults: the reduced grid of ``make figures`` (see the module docstring for the full one)."""
+    Defaults: the reduced grid of ``make figures`` (see the module docstring for the full one);
+    the problems, optimizers, sizes and peak learning rates are
+    :class:`._lowprec.SweepConfig`'s."""
 
-    problems: tuple[str, ...] = lp.PROBLEMS
-    optimizers: tuple[str, ...] = _OPTIMIZERS
     buffers: tuple[str, ...] = BUFFERS
     rosen_horizons: tuple[int, ...] = (250, 1000, 4000)
     mlp_horizons: tuple[int, ...] = (250, 1000)
@@ -134,24 +133,15 @@ class PrecisionHorizonConfig(lp.OptimizerConfig):
     m_max: int = 15
     search: Literal["bisect", "scan"] = "bisect"
     probe_mantissa: int = 4
-    mode: Literal["rtn", "sr"] = "rtn"
-    rosen_rows: int = 4
-    rosen_cols: int = 4
     mlp_sizes: tuple[int, ...] = (8, 16, 4)
     mlp_train: int = 1024
     batch_size: int = 32
     seed: int = 0                   # MLP keys (data, teacher, init, batches); Rosenbrock: none
-    rosen_adamw_lr: float = 0.1
-    rosen_muon_lr: float = 0.03
-    mlp_adamw_lr: float = 0.04
-    mlp_muon_lr: float = 0.04
 
     SMOKE: ClassVar[dict] = {"rosen_horizons": (50, 100), "mlp_horizons": (30,),
                              "rosen_b2s": (0.99,), "mlp_b2s": (0.99,), "m_max": 6,
                              "mlp_sizes": (4, 8, 2), "mlp_train": 64, "batch_size": 16}
     CHECKS: ClassVar[dict] = {
-        "problems": (nonempty, distinct, one_of(lp.PROBLEMS)),
-        "optimizers": (nonempty, distinct, one_of(_OPTIMIZERS)),
         "buffers": (nonempty, distinct, one_of(BUFFERS)),
         "rosen_horizons": (nonempty, distinct, at_least(2)),
         "mlp_horizons": (nonempty, distinct, at_least(2)),
@@ -160,24 +150,13 @@ class PrecisionHorizonConfig(lp.OptimizerConfig):
         "muon_b2": interval("[0, 1)"),
         # custom(8, M) rounds float32 values: 1 <= M <= 23
         "m_min": interval("[1, 23]"), "m_max": interval("[1, 23]"),
-        "probe_mantissa": interval("[1, 23]"),
-        "rosen_rows": at_least(1), "rosen_cols": at_least(1),
-        "mlp_sizes": (Check("two or more widths", lambda t: len(t) >= 2, each=False),
-                      at_least(1)),
-        "mlp_train": at_least(1), "batch_size": at_least(1), "seed": non_negative,
-        "rosen_adamw_lr": positive, "rosen_muon_lr": positive,
-        "mlp_adamw_lr": positive, "mlp_muon_lr": positive}
+        "probe_mantissa": interval("[1, 23]"), "seed": non_negative}
 
     def __post_init__(self):
         super().__post_init__()
         if self.m_min > self.m_max:
             raise ConfigError(f"PrecisionHorizonConfig.m_min: expected at most m_max "
                               f"({self.m_max}), got {self.m_min}")
-        if self.rosen_rows * self.rosen_cols < 2:
-            raise ConfigError("PrecisionHorizonConfig: Rosenbrock needs d = rows * cols >= 2")
-        if self.batch_size > self.mlp_train:
-            raise ConfigError(f"PrecisionHorizonConfig.batch_size: expected at most mlp_train "
-                              f"({self.mlp_train}), got {self.batch_size}")
 
     def horizons(self, problem: str) -> tuple[int, ...]:
         return self.rosen_horizons if problem == "rosenbrock" else self.mlp_horizons
@@ -190,9 +169,7 @@ class PrecisionHorizonConfig(lp.OptimizerConfig):
 
     def recipe(self, problem: str, b2: float) -> dict:
         """The keyword arguments of :func:`._lowprec.make_optimizer` for ``problem``."""
-        p = "rosen" if problem == "rosenbrock" else "mlp"
-        return {"adamw_lr": getattr(self, f"{p}_adamw_lr"),
-                "muon_lr": getattr(self, f"{p}_muon_lr"), "b2": b2, **self._shared()}
+        return {**self.peak_lrs(problem), "b2": b2, **self._shared()}
 
 
 def _units(cfg: PrecisionHorizonConfig) -> list[dict]:
@@ -207,10 +184,8 @@ def _train(cfg: PrecisionHorizonConfig, unit: dict, component: str, mantissa: in
     scheme, weights, states = component_setup(component, q)
     opt = lp.make_optimizer(o, T, scheme=scheme, weights=weights, states=states,
                             **cfg.recipe(p, unit["b2"]))
-    prob = lp.make_problem(p, o, rosen_shape=(cfg.rosen_rows, cfg.rosen_cols),
-                           mlp_sizes=cfg.mlp_sizes, mlp_train=cfg.mlp_train, key=cfg.seed)
-    bs = None if p == "rosenbrock" else cfg.batch_size
-    return lp.run_training(prob, opt, T, key=cfg.seed, batch_size=bs, points=1)
+    return lp.run_training(cfg.problem(p, o, cfg.seed), opt, T, key=cfg.seed,
+                           batch_size=cfg.batch(p), points=1)
 
 
 def _combine(cfg: PrecisionHorizonConfig, units: list[dict], results: list[dict]) -> dict:
@@ -251,7 +226,7 @@ def precision_horizon(cfg: PrecisionHorizonConfig, unit: dict) -> dict:
     p = unit["problem"]
     ref = _train(cfg, unit, "fp", 0)
     final_ref, initial = float(ref["final"]), float(ref["initial"])
-    floor = lp.ROSEN_FLOOR if p == "rosenbrock" else 0.0
+    floor = cfg.loss_floor(p)
     ms = np.arange(cfg.m_min, cfg.m_max + 1)
     nb = len(cfg.buffers)
     smallest = np.full(nb, -1, np.int64)
