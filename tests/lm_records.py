@@ -27,3 +27,12 @@ def run_record(method, seed, val, *, steps=100, curve=None, diverged=False, pres
             "n_params": {"total": 49312, "non_embedding": 32928, "quantized": 32768},
             "bytes_per_param": {"formula": bytes_, "measured": bytes_ + 0.01},
             "peak_memory_bytes": 1, "tokens_per_s": 1.0}
+
+
+class RunLike:
+    """What a figure function receives for an experiment: a run, its columns in ``results``
+    (and, where given, its ``config``)."""
+
+    def __init__(self, results, config=None):
+        self.results = results
+        self.config = config

@@ -6,7 +6,9 @@ import pytest
 from ecosim import experiments as E
 from ecosim.experiments.lm import records_to_results
 from ecosim.experiments.lm_eco_adam import DEFAULT_METHODS, ECO_ADAM_METHODS
-from ecosim.figures.lm_eco_adam import eco_adam_markdown, eco_adam_rows, merged_runs
+from ecosim.figures.lm_eco_adam import eco_adam_markdown, eco_adam_rows, lm_eco_adam, merged_runs
+
+from lm_records import RunLike
 
 # final validation loss per method and seed 0, 1, 2
 FINAL = {"fp8_master_rtn": (3.00, 3.02, 3.01), "fp8_eco_rtn": (3.05, 3.06, 3.07),
@@ -14,18 +16,18 @@ FINAL = {"fp8_master_rtn": (3.00, 3.02, 3.01), "fp8_eco_rtn": (3.05, 3.06, 3.07)
          "fp8_ecowd_rtn": (3.05, None, 3.08)}
 
 
-def _record(method, seed, val):
+def _record(method, seed, val, steps=20):
     diverged = val is None
     curve = [[s, 5.0 - s / 10, 5.0 - s / 10] for s in range(0, 21, 5)]
-    return {"preset": "micro", "method": method, "seed": seed, "steps": 20, "tokens": 20480,
+    return {"preset": "micro", "method": method, "seed": seed, "steps": steps, "tokens": 20480,
             "val_loss": val, "final_train_loss": val, "diverged": diverged,
             "curve": curve[:2] if diverged else curve,
             "n_params": {"total": 100, "non_embedding": 50, "quantized": 40},
             "bytes_per_param": {"formula": 9.0, "measured": 9.0}, "peak_memory_bytes": 1}
 
 
-def _runs(methods):
-    return records_to_results([_record(m, s, v) for m in methods
+def _runs(methods, **kw):
+    return records_to_results([_record(m, s, v, **kw) for m in methods
                                for s, v in enumerate(FINAL[m])])
 
 
@@ -54,6 +56,23 @@ def test_gaps_to_master_and_to_eco_are_paired_by_seed():
             "-0.0300 [-0.0548, -0.0052] (n=3) | +0.0112 [+0.0036, +0.0189] (n=4) |") in md
     assert "| FP8 ECO wd-corrected + RTN | 2 trained, 1 diverged |" in md
     assert "| FP8 ECO + RTN | 3 trained | +0.0500" in md and "(itself)" in md
+
+
+def test_the_figure_takes_runs_and_refuses_another_protocol():
+    """The figure function receives Run objects; variants of another protocol than the lm
+    runs' (here 40 steps against 20) would pair with nothing, so it refuses, naming the
+    field."""
+    lm = RunLike(_runs(["fp8_master_rtn", "fp8_eco_rtn"]))
+    mlp = RunLike({}, config=type("Cfg", (), {"approx_schemes": ()})())  # no MLP gaps
+    fig, tables, md = lm_eco_adam(lm, RunLike(_runs(["fp8_ecomx_rtn"])), mlp)
+    gaps = tables["gaps"]
+    i = list(gaps["method"]).index("fp8_ecomx_rtn")
+    assert gaps["n_master"][i] == 3 and gaps["to_master"][i] == pytest.approx(0.02)
+    with pytest.raises(ValueError, match=r"^run fp8_ecomx_rtn seed 0 differs from the "
+                       r"reference protocol in 'steps' \(40 vs 20\): run lm and lm_eco_adam"):
+        lm_eco_adam(lm, RunLike(_runs(["fp8_ecomx_rtn"], steps=40)), mlp)
+    with pytest.raises(ValueError, match="'steps'"):
+        merged_runs(lm.results, _runs(["fp8_ecomx_rtn"], steps=40))
 
 
 def test_config_takes_only_ecos_variants():

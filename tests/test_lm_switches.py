@@ -12,6 +12,7 @@ from ecosim.experiments import lm_switches as exp_sw
 from ecosim.experiments.lm import LMTableConfig, read_records, records_to_results, run_setting
 from ecosim.figures.lm_switches import lm_switches as figure_fn
 
+from lm_records import RunLike
 from lm_records import run_record as _rec
 
 T975_2 = 4.302652729749464  # Student t quantile 0.975, df 2 (tables)
@@ -93,15 +94,8 @@ def test_another_protocol_is_refused_naming_what_differs():
     assert list(tables) == ["refused"]
 
 
-class _Run:
-    """What a figure function receives: an experiment's run, its columns in ``results``."""
-
-    def __init__(self, results):
-        self.results = results
-
-
 def test_figure_tables_and_markdown():
-    fig, tables, md = figure_fn(lm=_Run(_off()), lm_switches=_Run(_on()))
+    fig, tables, md = figure_fn(lm=RunLike(_off()), lm_switches=RunLike(_on()))
     eff = tables["effects"]
     i = list(eff["method"]).index("fp8_eco_sr")
     d = np.array(ON["fp8_eco_sr"]) - np.array(OFF["fp8_eco_sr"])

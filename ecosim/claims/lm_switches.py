@@ -61,21 +61,29 @@ def _identity(r, i) -> tuple:
     return str(r["preset"][i]), setting_without_switches(str(r["setting"][i]))
 
 
-def check_comparable(off, on, *, switched: bool = True) -> None:
-    """Refuse (ValueError naming the run and the field) unless every run of ``on`` is the
-    protocol of the runs of ``off`` (one preset and setting) apart from its switches; with
-    ``switched`` (default) every run of ``on`` must also have a switch on."""
+# what check_comparable says to do about a switched results file of another protocol
+_REMAKE = "remake the results file with this protocol (benchmarks/lm_protocol.py)"
+
+
+def check_comparable(off, on, *, switched: bool = True, remedy: str = _REMAKE) -> None:
+    """Refuse (ValueError naming the run and the field, ending with ``remedy``) unless every
+    run of ``on`` is the protocol of the runs of ``off`` (one preset and setting) apart from
+    its switches; with ``switched`` (default) every run of ``on`` must also have a switch on.
+
+    The one check of "same experiment apart from the switches", used by the switches' claims
+    and by any figure that pairs runs of two experiments seed by seed (``lm_eco_adam``)."""
     base = {_identity(off, i) for i in range(len(off["method"]))}
     if len(base) != 1:
         raise ValueError(f"the reference runs hold {len(base)} protocols (preset and setting); "
                          "expected one")
     (preset, setting), = base
     ref = json.loads(setting)
+    what = "switched run" if switched else "run"
     for i in range(len(on["method"])):
         p, s = _identity(on, i)
+        run = f"{what} {on['method'][i]} seed {int(on['seed'][i])}"
         if p != preset:
-            raise ValueError(f"switched run {on['method'][i]} seed {int(on['seed'][i])} is "
-                             f"preset {p!r}; the reference runs are {preset!r}")
+            raise ValueError(f"{run} is preset {p!r}; the reference runs are {preset!r}")
         if switched and not switches_of(str(on["setting"][i])):
             raise ValueError(f"run {on['method'][i]} seed {int(on['seed'][i])} of the switched "
                              f"runs has no switch on; expected one of {list(SWITCHES)}")
@@ -83,19 +91,18 @@ def check_comparable(off, on, *, switched: bool = True) -> None:
             d = json.loads(s)
             key = next((k for k in sorted(set(d) | set(ref)) if d.get(k) != ref.get(k)),
                        "its formatting")
-            raise ValueError(f"switched run {on['method'][i]} seed {int(on['seed'][i])} differs "
-                             f"from the reference protocol in {key!r} ({d.get(key)!r:.60} vs "
-                             f"{ref.get(key)!r:.60}): remake the results file with this "
-                             "protocol (benchmarks/lm_protocol.py)")
+            raise ValueError(f"{run} differs from the reference protocol in {key!r} "
+                             f"({d.get(key)!r:.60} vs {ref.get(key)!r:.60}): {remedy}")
 
 
-def switch_effects(off, on) -> list[dict]:
+def switch_effects(off, on, *, checked: bool = False) -> list[dict]:
     """The paired effect of the switches on each method of ``on``.
 
     Args:
         off: the ``lm`` experiment's result columns (switches off).
         on: result columns of the same protocol with switches on
             (:func:`~ecosim.experiments.lm.records_to_results` of a results file).
+        checked: the caller has already run :func:`check_comparable` on ``off, on``.
 
     Returns:
         One dict per (method, switches) of ``on``, in order of appearance: ``method``,
@@ -107,7 +114,8 @@ def switch_effects(off, on) -> list[dict]:
     Raises:
         ValueError: the switched runs are not the reference protocol apart from switches.
     """
-    check_comparable(off, on)
+    if not checked:
+        check_comparable(off, on)
     both = combine_runs(None, [], [off, on])
     n_off = len(off["method"])
     method = np.asarray(both["method"]).astype(str)
@@ -139,19 +147,21 @@ def switch_effects(off, on) -> list[dict]:
     return out
 
 
-def paper_protocol(off, on) -> dict[str, np.ndarray]:
+def paper_protocol(off, on, *, checked: bool = False) -> dict[str, np.ndarray]:
     """Result columns of Table 1 with the paper's switches: each method's switched runs (from
     ``on``) replace its plain ones (from ``off``); methods ``on`` lacks keep their plain runs.
 
     The columns' ``setting`` is the switch-free setting (one group for
     :func:`~ecosim.claims.lm.lm_cells`); the switches each method ran with are in the added
     column ``switches`` (``"autocast"``, ``"act_fp8"``, ``"autocast+act_fp8"`` or ``""``).
+    ``checked``: the caller has already run :func:`check_comparable` on ``off, on``.
 
     Raises:
         ValueError: the switched runs are not the reference protocol apart from switches, or
             one method appears in ``on`` with two different sets of switches.
     """
-    check_comparable(off, on)
+    if not checked:
+        check_comparable(off, on)
     on_methods: dict[str, tuple] = {}
     for m, s in zip(np.asarray(on["method"]).astype(str), on["setting"]):
         prev = on_methods.setdefault(m, switches_of(str(s)))

@@ -14,6 +14,7 @@ from matplotlib.lines import Line2D
 from .. import recipes
 from ..claims import lm_cells
 from ..claims.eco_adam import paired_gaps
+from ..claims.lm_switches import check_comparable
 from ..claims.stats import LEVEL, counts_text, interval_text
 from ..experiments.lm import combine_runs
 from . import style
@@ -42,6 +43,7 @@ two run with --set lm_eco_adam.methods=... The numbers are in lm_eco_adam.md.
 #: the MLP scheme (eco_adam_breakdown's approx part) of each LM variant; None: not measured
 _MLP_SCHEME = {"ecomx": "eco_momentum_exact", "ecowd": "eco_wd", "ecoguard": None,
                "eco": "eco"}
+_REMAKE = "run lm and lm_eco_adam with the same protocol (the same --set values)"
 _NONE = {"n": 0, "mean": np.nan, "lo": np.nan, "hi": np.nan}
 _COLORS = {"eco": style.METHOD_COLORS["eco"],
            **{v: c for v, (c, _) in style.ECO_ADAM_STYLES.items()}}
@@ -53,12 +55,26 @@ def _split(method: str) -> tuple[str, str]:
     return variant, mode
 
 
+def _rows(columns: dict, keep: np.ndarray) -> dict:
+    return {k: np.asarray(v)[keep] for k, v in columns.items()}
+
+
 def merged_runs(lm: dict, variants: dict) -> dict:
     """The variants' result columns (``lm_eco_adam``) and the ``lm`` runs they are paired
-    with (FP8 master and ECO, both roundings), as one set of columns."""
+    with (FP8 master and ECO, both roundings), as one set of columns.
+
+    Raises:
+        ValueError: a variant's run is not the protocol of the ``lm`` runs of its preset
+            (:func:`ecosim.claims.lm_switches.check_comparable`; the message names the run
+            and the field that differs): paired by seed they would give no pair at all.
+    """
     keep = np.isin(np.asarray(lm["method"]).astype(str),
                    [f"fp8_{s}_{m}" for s in ("master", "eco") for m in ("rtn", "sr")])
-    sub = {k: np.asarray(lm[k])[keep] for k in variants}
+    sub = _rows({k: lm[k] for k in variants}, keep)
+    for preset in dict.fromkeys(np.asarray(variants["preset"]).astype(str)):
+        check_comparable(_rows(sub, np.asarray(sub["preset"]).astype(str) == preset),
+                         _rows(variants, np.asarray(variants["preset"]).astype(str) == preset),
+                         switched=False, remedy=_REMAKE)
     return combine_runs(None, [], [sub, dict(variants)])
 
 

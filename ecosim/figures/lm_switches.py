@@ -80,8 +80,9 @@ def lm_switches(lm, lm_switches):
     # the experiments' result columns (a Run's, or plain column dicts as in the tests)
     off, on = (getattr(x, "results", x) for x in (lm, lm_switches))
     try:
-        effects = _sw.switch_effects(off, on)
-        paper = _sw.paper_protocol(off, on)
+        _sw.check_comparable(off, on)
+        effects = _sw.switch_effects(off, on, checked=True)
+        paper = _sw.paper_protocol(off, on, checked=True)
     except ValueError as exc:
         return _refused(str(exc))
     cells_off = _claims.lm_cells(off, None, BASE)
