@@ -9,7 +9,6 @@ CPU, float32. Every parity comparison is exact (``torch.equal``), as in test_tor
 import io
 import math
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -20,6 +19,7 @@ from ecosim.memory import bytes_per_param  # noqa: E402
 from ecosim.optim import WarmupCosine, adamw, schedule_guard_lr  # noqa: E402
 from ecosim.torch.nn import QuantizedLinear, measured_memory, store_weights  # noqa: E402
 from ecosim.torch.optim import ECOAdamW  # noqa: E402
+from torch_parity import linear_model, random_problem, step_both  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -35,22 +35,13 @@ def _schedule(init_frac=0.01):
 
 
 def _problem(steps=10, seed=3):
-    rs = np.random.default_rng(seed)
-    P = {k: rs.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
-    G = [{k: rs.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
-         for _ in range(steps)]
-    return P, G
+    return random_problem(SHAPES, steps, seed)
 
 
 def _torch_side(P, storage, mode, lr=1e-2, **kw):
     """``(optimizer, name -> slot)``: float32 parameters, or codes held by QuantizedLinear."""
     qt = et.Quantizer("e4m3", mode, granularity="row")
-    model = torch.nn.Module()
-    for k, (o, i) in SHAPES.items():
-        lin = torch.nn.Linear(i, o, bias=False)
-        with torch.no_grad():
-            lin.weight.copy_(torch.from_numpy(P[k]))
-        setattr(model, k.split(".")[0], lin)
+    model = linear_model(P)
     if storage == "codes":
         store_weights(model, qt, key=KEY)
         opt = ECOAdamW(model.named_parameters(), lr, key=KEY, **HP, **kw)
@@ -102,10 +93,7 @@ def test_parity_with_numpy_under_a_schedule(scheme, kw, init_frac, mode, storage
     _check(opt, model, w, s)
     slots = dict(model.named_parameters())
     for t in range(10):
-        w, s = no.step(w, G[t], s)
-        for k in SHAPES:
-            slots[k].grad = torch.from_numpy(G[t][k].copy())
-        opt.step()
+        w, s = step_both(no, w, s, opt, slots, G[t])
         lam.step()
         _check(opt, model, w, s)
         if scheme == "eco_momentum_exact":

@@ -29,6 +29,7 @@ from ecosim.torch.nn import (  # noqa: E402
     stored,
 )
 from ecosim.torch.optim import ECOAdamW, ECOSGD  # noqa: E402
+from torch_parity import linear_model, random_problem, step_both  # noqa: E402
 
 nn = torch.nn
 KEY = 5
@@ -191,17 +192,9 @@ def test_stored_weights_match_numpy(kind, scheme, states, keep_initial):
     matches it, master/eco_exact/kahan through the W_0 that store_weights keeps for the first
     optimizer. Without it (``keep_initial=False``: as after loading codes from a checkpoint)
     those three start from the stored values, and match NumPy started there."""
-    rs = np.random.default_rng(3)
     shapes = {"a.weight": (8, 16), "b.weight": (4, 8)}
-    P = {k: rs.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
-    G = [{k: rs.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
-         for _ in range(8)]
-    model = nn.Module()
-    for k, (o, i) in shapes.items():
-        lin = nn.Linear(i, o, bias=False)
-        with torch.no_grad():
-            lin.weight.copy_(torch.from_numpy(P[k]))
-        setattr(model, k.split(".")[0], lin)
+    P, G = random_problem(shapes, 8, seed=3)
+    model = linear_model(P)
     qt = et.Quantizer("e4m3", "sr", granularity="row")
     store_weights(model, qt, key=KEY)
     layers = {m.name: m for m in model.modules() if isinstance(m, QuantizedLinear)}
@@ -222,10 +215,7 @@ def test_stored_weights_match_numpy(kind, scheme, states, keep_initial):
     w, s = no.init(P0, key=KEY)
     slots = dict(model.named_parameters())
     for t in range(8):
-        w, s = no.step(w, G[t], s)
-        for k in shapes:
-            slots[k].grad = torch.from_numpy(G[t][k].copy())
-        to.step()
+        w, s = step_both(no, w, s, to, slots, G[t])
         for k in shapes:
             assert torch.equal(layers[k].read(), torch.from_numpy(w[k])), (t, k)
             assert torch.equal(to.state_values(k, "m"), torch.from_numpy(s.m[k])), (t, k)
