@@ -94,7 +94,27 @@ QuantizedLinear.to_plain.__doc__ = (
     "current weights, dequantized, as plain parameters.")
 
 
-class QuantizedConv(QuantizedLinear):
+class _StoredModule(QuantizedLinear):
+    """A stored layer made from another module: the constructor takes that module and the
+    ``(in, out)`` of its (out, fan-in) matrix; :meth:`from_module` also stores its weights."""
+
+    def __init__(self, module: nn.Module, quantizer: Quantizer, in_out: tuple[int, int], *,
+                 name: str, **layout):
+        w = module.weight
+        super().__init__(*in_out, quantizer, bias=module.bias is not None, name=name,
+                         dtype=w.dtype, device=w.device, **layout)
+        self.__dict__["_ecosim_skeleton"] = _skeleton(module)
+
+    @classmethod
+    def from_module(cls, module: nn.Module, quantizer: Quantizer, *, key=0,
+                    name: str = "weight"):
+        """A layer holding ``q(module.weight)`` (SR key ``fold_in(key, "init", name)``) and a
+        copy of its bias."""
+        _start_weight(module.weight, name)
+        return cls(module, quantizer, name=name)._take(module.weight, module.bias, key)
+
+
+class QuantizedConv(_StoredModule):
     """An ``nn.Conv1d``/``Conv2d``/``Conv3d`` whose weight is held as codes plus scales.
 
     The codes hold the ``(out_channels, in_channels/groups * prod(kernel_size))`` matrix: a
@@ -105,7 +125,7 @@ class QuantizedConv(QuantizedLinear):
     Args:
         conv: the convolution whose configuration (channels, kernel, stride, padding,
             dilation, groups, bias, dtype, device) the layer takes; its weights are not read
-            (:meth:`from_conv` stores them).
+            (:meth:`from_module` stores them).
         quantizer, name: as :class:`~ecosim.torch.nn.QuantizedLinear`.
     """
 
@@ -113,21 +133,12 @@ class QuantizedConv(QuantizedLinear):
         if not isinstance(conv, _CONVS):
             raise TypeError(f"QuantizedConv takes an nn.Conv1d/2d/3d, got {type(conv).__name__}")
         w = conv.weight
-        super().__init__(w[0].numel(), w.shape[0], quantizer, bias=conv.bias is not None,
-                         name=name, dtype=w.dtype, device=w.device, shape=tuple(w.shape))
+        super().__init__(conv, quantizer, (w[0].numel(), w.shape[0]), name=name,
+                         shape=tuple(w.shape))
         for attr in ("in_channels", "out_channels", "kernel_size", "stride", "padding",
                      "dilation", "groups", "padding_mode", "_reversed_padding_repeated_twice"):
             setattr(self, attr, getattr(conv, attr))
         self._conv_type = type(conv)
-        self.__dict__["_ecosim_skeleton"] = _skeleton(conv)
-
-    @classmethod
-    def from_conv(cls, conv: nn.Module, quantizer: Quantizer, *, key=0,
-                  name: str = "weight") -> "QuantizedConv":
-        """A layer holding ``q(conv.weight)`` (SR key ``fold_in(key, "init", name)``) and a
-        copy of its bias."""
-        _start_weight(conv.weight, name)
-        return cls(conv, quantizer, name=name)._take(conv.weight, conv.bias, key)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv_type._conv_forward(self, x, _decoded(self), self.bias)
@@ -138,7 +149,7 @@ class QuantizedConv(QuantizedLinear):
                 + super().extra_repr())
 
 
-class QuantizedConv1D(QuantizedLinear):
+class QuantizedConv1D(_StoredModule):
     """A transformers-style ``Conv1D`` (weight ``(in, out)``, ``y = x W + b``, as GPT-2's
     attention and MLP layers) whose weight is held as codes plus scales.
 
@@ -149,7 +160,7 @@ class QuantizedConv1D(QuantizedLinear):
 
     Args:
         conv1d: the module whose shape, bias, dtype and device the layer takes (its weights
-            are not read; :meth:`from_conv1d` stores them).
+            are not read; :meth:`from_module` stores them).
         quantizer, name: as :class:`~ecosim.torch.nn.QuantizedLinear`.
     """
 
@@ -157,19 +168,9 @@ class QuantizedConv1D(QuantizedLinear):
         if not _is_conv1d(conv1d):
             raise TypeError(f"QuantizedConv1D takes a transformers-style Conv1D (class name "
                             f"Conv1D, attribute nf, 2-D weight), got {type(conv1d).__name__}")
-        w = conv1d.weight
-        super().__init__(w.shape[0], w.shape[1], quantizer, bias=conv1d.bias is not None,
-                         name=name, dtype=w.dtype, device=w.device, transposed=True)
+        super().__init__(conv1d, quantizer, tuple(conv1d.weight.shape), name=name,
+                         transposed=True)
         self.nf = int(conv1d.nf)
-        self.__dict__["_ecosim_skeleton"] = _skeleton(conv1d)
-
-    @classmethod
-    def from_conv1d(cls, conv1d: nn.Module, quantizer: Quantizer, *, key=0,
-                    name: str = "weight") -> "QuantizedConv1D":
-        """A layer holding ``q(conv1d.weight)`` (SR key ``fold_in(key, "init", name)``) and a
-        copy of its bias."""
-        _start_weight(conv1d.weight, name)
-        return cls(conv1d, quantizer, name=name)._take(conv1d.weight, conv1d.bias, key)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         sk = self.__dict__["_ecosim_skeleton"]
@@ -317,13 +318,13 @@ def store_module(mod: nn.Module, quantizer: Quantizer, *, key=0, name: str = "")
     if isinstance(mod, nn.MultiheadAttention):
         return QuantizedMultiheadAttention.from_module(mod, quantizer, key=key, name=name)
     if isinstance(mod, _CONVS):
-        return QuantizedConv.from_conv(mod, quantizer, key=key, name=wname)
+        return QuantizedConv.from_module(mod, quantizer, key=key, name=wname)
     if isinstance(mod, nn.Linear):
         out = QuantizedLinear.from_linear(mod, quantizer, key=key, name=wname)
         if type(mod) is not nn.Linear:
             out.__dict__["_ecosim_skeleton"] = _skeleton(mod)
         return out
-    return QuantizedConv1D.from_conv1d(mod, quantizer, key=key, name=wname)
+    return QuantizedConv1D.from_module(mod, quantizer, key=key, name=wname)
 
 
 def _weights_of(mod: nn.Module) -> list[tuple[str, nn.Module, torch.Tensor]]:
