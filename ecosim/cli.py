@@ -219,25 +219,30 @@ def _cmd_figures(args) -> int:
         print(f"note: cached results of {', '.join(mixed)} come from several revisions or a "
               "dirty checkout (see each figure's .json, 'computed_by')")
     print(f"done in {report.seconds:.1f} s (experiments {report.experiment_s:.1f} s, figures "
-          f"{fig_s:.1f} s): {report.computed} unit(s) computed, {report.cached} cached; "
+          f"{fig_s:.1f} s): {report.computed} unit(s) computed, {report.cached} cached, "
+          f"{sum(r.stats.shared for r in report.runs.values())} shared; "
           f"{n_files} files, {n_changed} changed")
     return 0
 
 
 def _print_time_table(runs: dict) -> None:
-    """What each experiment cost: units (cached, computed), the CPU seconds of the computed
-    units (worker processes, all threads), their summed wall seconds, and the wall seconds
-    from the first unit's submission to the last one's completion; then the totals."""
-    print(f"{'experiment':<24} {'units':>5} {'cached':>6} {'computed':>8} {'cpu s':>9} "
-          f"{'unit s':>9} {'wall s':>9}")
-    tot = [0, 0, 0, 0.0, 0.0]
+    """What each experiment cost: units (cached, computed, shared: computed in this build for
+    an earlier experiment of the table that asked for the same computation, whose row counts
+    it and its time), the CPU seconds of the computed units (worker processes, all threads),
+    their summed wall seconds, and the wall seconds from the first unit's submission to the
+    last one's completion; then the totals (a shared unit is computed in one row and shared in
+    the others)."""
+    print(f"{'experiment':<24} {'units':>5} {'cached':>6} {'computed':>8} {'shared':>6} "
+          f"{'cpu s':>9} {'unit s':>9} {'wall s':>9}")
+    tot = [0, 0, 0, 0, 0.0, 0.0]
     for name, run in runs.items():
         s = run.stats
-        print(f"{name:<24} {s.units:>5} {s.cached:>6} {s.computed:>8} {s.cpu_s:>9.2f} "
-              f"{s.compute_s:>9.2f} {s.wall_s:>9.2f}")
-        for i, v in enumerate((s.units, s.cached, s.computed, s.cpu_s, s.compute_s)):
+        print(f"{name:<24} {s.units:>5} {s.cached:>6} {s.computed:>8} {s.shared:>6} "
+              f"{s.cpu_s:>9.2f} {s.compute_s:>9.2f} {s.wall_s:>9.2f}")
+        for i, v in enumerate((s.units, s.cached, s.computed, s.shared, s.cpu_s, s.compute_s)):
             tot[i] += v
-    print(f"{'total':<24} {tot[0]:>5} {tot[1]:>6} {tot[2]:>8} {tot[3]:>9.2f} {tot[4]:>9.2f}")
+    print(f"{'total':<24} {tot[0]:>5} {tot[1]:>6} {tot[2]:>8} {tot[3]:>6} {tot[4]:>9.2f} "
+          f"{tot[5]:>9.2f}")
 
 
 def _figure_configs(args, needed: set[str]) -> dict:
@@ -310,7 +315,8 @@ def _cmd_run(args) -> int:
     print(f"{s.units} unit(s): {s.cached} cached, {s.computed} computed "
           f"(compute {s.compute_s:.2f} s, cpu {s.cpu_s:.2f} s, total "
           f"{time.perf_counter() - t0:.2f} s); "
-          f"cache {cache.root / exp.name}")
+          f"cache {cache.root / exp.name}"
+          + (f" (shared units: {cache.root}/shared.*)" if exp.share is not None else ""))
     with np.printoptions(precision=6, threshold=8, edgeitems=3, linewidth=100):
         for key, arr in run.results.items():
             shape = "x".join(map(str, arr.shape)) or "scalar"

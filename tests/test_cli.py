@@ -62,14 +62,14 @@ def test_figures_smoke_jobs_1_and_2_same_bytes(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "1 unit(s) computed, 0 cached" in out and "done in" in out
     assert (tmp_path / "o1" / "grids.png").exists()
-    # the time table: one row per experiment (units, cached, computed, CPU, unit and wall
-    # seconds) and the totals
+    # the time table: one row per experiment (units, cached, computed, shared, CPU, unit and
+    # wall seconds) and the totals
     rows = _time_table(out)
-    assert rows["experiment"] == ["units", "cached", "computed", "cpu", "s", "unit", "s",
-                                  "wall", "s"]
-    assert rows["grids"][:3] == ["1", "0", "1"] and len(rows["grids"]) == 6
-    assert float(rows["grids"][5]) >= float(rows["grids"][4])  # the span holds the unit
-    assert rows["total"] == rows["grids"][:5]
+    assert rows["experiment"] == ["units", "cached", "computed", "shared", "cpu", "s", "unit",
+                                  "s", "wall", "s"]
+    assert rows["grids"][:4] == ["1", "0", "1", "0"] and len(rows["grids"]) == 7
+    assert float(rows["grids"][6]) >= float(rows["grids"][5])  # the span holds the unit
+    assert rows["total"] == rows["grids"][:6]
     assert main(base + ["--jobs", "2", "--out", str(tmp_path / "o2"),
                         "--cache", str(tmp_path / "c2")]) == 0
     capsys.readouterr()
@@ -82,7 +82,7 @@ def test_figures_smoke_jobs_1_and_2_same_bytes(capsys, tmp_path):
     assert main(base + ["--out", str(tmp_path / "o1"), "--cache", str(tmp_path / "c1")]) == 0
     out = capsys.readouterr().out
     assert " 0 unit(s) computed" in out and " 0 changed" in out
-    assert _time_table(out)["grids"] == ["1", "1", "0", "0.00", "0.00", "0.00"]
+    assert _time_table(out)["grids"] == ["1", "1", "0", "0", "0.00", "0.00", "0.00"]
 
 
 def _time_table(out: str) -> dict[str, list[str]]:

@@ -206,6 +206,21 @@ def test_dask_sweep_equals_inline_byte_for_byte(scheduler, tmp_path):
 
 
 @needs_dask
+def test_dask_computes_a_shared_unit_once_and_the_same_bytes(scheduler, tmp_path):
+    # two experiments asking for one computation (tests/test_shared_units.py): n = 5 is
+    # submitted once, on the cluster, and every cache entry has the inline run's bytes
+    from test_shared_units import A, B, PairConfig
+
+    jobs = [(A, PairConfig(ns=(3, 5))), (B, PairConfig(ns=(5, 6)))]
+    inline = E.run_many(jobs, cache=tmp_path / "inline")
+    with make_executor(f"dask://{scheduler}") as ex:
+        dask = E.run_many(jobs, cache=tmp_path / "dask", executor=ex)
+    for runs in (inline, dask):
+        assert [(r.stats.computed, r.stats.shared) for r in runs] == [(2, 0), (1, 1)]
+    assert _tree(tmp_path / "inline") == _tree(tmp_path / "dask")
+
+
+@needs_dask
 def test_cli_dask_executor_same_bytes(scheduler, tmp_path, capsys):
     base = ["run", "floor_additive", "--smoke", "--no-progress"]
     assert main(base + ["--cache", str(tmp_path / "c1"), "--save", str(tmp_path / "1.npz")]) == 0

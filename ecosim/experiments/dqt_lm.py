@@ -16,7 +16,9 @@ thread) with the methods of :mod:`ecosim.torch.lm` that are not Table 1's:
   rule), every update written with stochastic rounding.
 
 Each unit is one :func:`ecosim.torch.lm.train` run, exactly as the ``lm`` experiment makes it
-(its unit function and result columns). Cost: 12 runs on one thread each; measured under load
+(its unit function and result columns), declared as the shared unit
+:func:`ecosim.experiments.lm.train_run` of its run config: the FP32 runs are the ``lm``
+experiment's own, one cache entry each, trained once when a build runs both. Cost: 12 runs on one thread each; measured under load
 on the shared 2-core machine: a DQT ternary run 81 CPU-seconds (its SR writes onto packed
 codes), an FP32 run about 35; the whole experiment took 48 minutes of wall time there with two
 worker processes (about 10-12 CPU-minutes).
@@ -27,7 +29,7 @@ import dataclasses
 from typing import ClassVar
 
 from .base import ConfigError, experiment
-from .lm import OTHER_METHODS, LMTableConfig, combine_runs, run_units
+from .lm import OTHER_METHODS, LMTableConfig, combine_runs, run_units, shared_run
 from .lm import lm as _lm_unit
 
 __all__ = ["DQTLMConfig", "DQT_LM_METHODS"]
@@ -53,7 +55,7 @@ class DQTLMConfig(LMTableConfig):
 
 
 @experiment("dqt_lm", DQTLMConfig, version="1", units=run_units, combine=combine_runs,
-            requires=("torch",))
+            requires=("torch",), share=shared_run)
 def dqt_lm(cfg: DQTLMConfig, unit: dict) -> dict:
     """DQT and BitNet b1.58 on the LM under Table 1's protocol (torch backend)."""
     return _lm_unit(cfg, unit)

@@ -52,10 +52,12 @@ import numpy as np
 
 from .. import recipes
 from .base import Config, ConfigError, at_least, distinct, experiment
+from .shared import SharedUnit
 
 __all__ = ["LMTableConfig", "METHODS", "OTHER_METHODS", "method_parts", "records_to_results",
            "read_records", "run_setting", "describe_setting", "unique_runs",
-           "train_record", "run_units", "combine_runs", "SWITCH_FLAGS"]
+           "train_record", "train_run", "shared_run", "run_units", "combine_runs",
+           "SWITCH_FLAGS"]
 
 #: Table 1's seven methods, in the paper's order (names of ``python -m ecosim.torch.lm``).
 METHODS = tuple(m.name for m in recipes.TABLE1)
@@ -331,8 +333,28 @@ def combine_runs(cfg, units: list[dict], results: list) -> dict:
     return {k: np.concatenate([pad(r[k]) for r in results]) for k in results[0]}
 
 
+def train_run(**run) -> dict:
+    """The result columns of one training run (:func:`train_record` with ``run`` as its
+    config): the shared unit (:class:`~ecosim.experiments.shared.SharedUnit`) of every
+    experiment that trains runs of the ``lm`` experiment's protocol, so that a run two
+    experiments ask for (``lm``'s FP32 runs are ``dqt_lm``'s) is trained once."""
+    return records_to_results([train_record("lm", **run)])
+
+
+def shared_run(cfg: LMTableConfig, unit: dict) -> SharedUnit | None:
+    """A unit of :func:`run_units` as the shared unit :func:`train_run` of its run config
+    (None with ``results_file``: reading a file is the experiment's own unit). The key holds
+    the run's config, not the experiment's: equal runs of two experiments are one entry."""
+    if cfg.results_file:
+        return None
+    return SharedUnit(train_run, {
+        "preset": unit["preset"], "method": unit["method"], "seed": unit["seed"],
+        "steps": unit["steps"], "batch": cfg.batch, "seq": cfg.seq,
+        "eval_every": cfg.eval_every, "eval_batches": cfg.eval_batches})
+
+
 @experiment("lm", LMTableConfig, version="2", units=run_units, combine=combine_runs,
-            requires=("torch",))
+            requires=("torch",), share=shared_run)
 def lm(cfg: LMTableConfig, unit: dict) -> dict:
     """Table 1 on a Llama-style decoder: FP8 weights without master copies (torch backend)."""
     if cfg.results_file:
@@ -340,10 +362,7 @@ def lm(cfg: LMTableConfig, unit: dict) -> dict:
         for line in notices:
             print(f"lm: {line}", file=sys.stderr)
         return records_to_results(records)
-    record = train_record("lm", preset=unit["preset"], method=unit["method"], seed=unit["seed"],
-                          steps=unit["steps"], batch=cfg.batch, seq=cfg.seq,
-                          eval_every=cfg.eval_every, eval_batches=cfg.eval_batches)
-    return records_to_results([record])
+    return shared_run(cfg, unit).compute()
 
 
 def train_record(experiment: str, **config) -> dict:

@@ -17,7 +17,8 @@ by seed, validation on 16 batches every 65 steps, one CPU thread) with ECO's var
 Their gaps are paired, seed by seed, with the ``lm`` experiment's ``fp8_master_*`` and
 ``fp8_eco_*`` runs of the same mode (figure ``lm_eco_adam``), so this experiment trains only
 the variants: each unit is one :func:`ecosim.torch.lm.train` run exactly as the ``lm``
-experiment makes it. Default: four of the six (:data:`DEFAULT_METHODS`: every variant with
+experiment makes it (the shared unit :func:`ecosim.experiments.lm.train_run` of its run
+config, so a method ``lm`` runs too would be trained once). Default: four of the six (:data:`DEFAULT_METHODS`: every variant with
 RTN, and the momentum-exact rule with SR as well), 12 runs of about 34 CPU-seconds, about 7
 CPU-minutes; the other two with ``--set lm_eco_adam.methods=...``.
 """
@@ -28,7 +29,7 @@ from typing import ClassVar
 
 from .. import recipes
 from .base import experiment
-from .lm import LMTableConfig, combine_runs, run_units
+from .lm import LMTableConfig, combine_runs, run_units, shared_run
 from .lm import lm as _lm_unit
 
 __all__ = ["ECO_ADAM_METHODS", "DEFAULT_METHODS", "LMEcoAdamConfig"]
@@ -54,7 +55,7 @@ class LMEcoAdamConfig(LMTableConfig):
 
 
 @experiment("lm_eco_adam", LMEcoAdamConfig, version="1", units=run_units, combine=combine_runs,
-            requires=("torch",))
+            requires=("torch",), share=shared_run)
 def lm_eco_adam(cfg: LMEcoAdamConfig, unit: dict) -> dict:
     """ECO's variants for AdamW on the LM under Table 1's protocol (torch backend)."""
     return _lm_unit(cfg, unit)

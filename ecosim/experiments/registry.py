@@ -11,7 +11,10 @@ An *experiment* is a registered pair of
 An experiment may split into independent **units** (one per seed, per learning rate...):
 ``units(config)`` lists JSON-able dicts, ``compute(config, unit)`` computes one, and
 ``combine(config, units, results)`` assembles them (by default,
-:func:`~ecosim.experiments.runner.stack_units`).
+:func:`~ecosim.experiments.runner.stack_units`). A unit that other experiments compute too may
+be declared shared: ``share(config, unit)`` names its computation
+(:class:`~ecosim.experiments.shared.SharedUnit`), whose key and cache entry are the same
+whichever experiment asks, so a build computes it once.
 
 Cache key (:meth:`Experiment.digest`): the SHA-256 of the canonical JSON of (cache format,
 experiment name, the experiment's declared ``version``, the resolved config, the unit, and the
@@ -32,6 +35,7 @@ from typing import Any
 from ..registry import Registry
 from . import provenance as _provenance
 from .config import Config, _check_supported, _field_types
+from .shared import SharedUnit
 
 __all__ = ["CACHE_FORMAT", "Experiment", "experiment", "experiments", "get"]
 
@@ -56,6 +60,9 @@ class Experiment:
     combine: Callable[[Any, list, list], Mapping[str, Any]] | None = None
     description: str = ""
     requires: tuple[str, ...] = ()  # optional packages the compute function imports
+    #: ``(config, unit) -> SharedUnit | None``: the units computed as shared units (see
+    #: :mod:`.shared`); ``compute(config, unit)`` must return what the shared unit returns
+    share: Callable[[Any, Mapping[str, Any]], SharedUnit | None] | None = None
 
     def missing(self) -> list[str]:
         """The packages of ``requires`` that are not installed."""
@@ -80,6 +87,8 @@ class Experiment:
             raise ValueError(f"experiment {self.name!r}: version must be a non-empty string")
         if self.combine is not None and self.units is None:
             raise ValueError(f"experiment {self.name!r}: combine= needs units=")
+        if self.share is not None and self.units is None:
+            raise ValueError(f"experiment {self.name!r}: share= needs units=")
 
     def default_config(self, *, smoke: bool = False) -> Config:
         """The default config, shrunk by :meth:`Config.smoke` when ``smoke``."""
@@ -104,6 +113,16 @@ class Experiment:
                 raise ValueError(f"experiment {self.name!r}: duplicate unit {u!r}")
             seen.add(canon)
         return units
+
+    def shared_unit(self, cfg: Config, unit: Mapping[str, Any] | None) -> SharedUnit | None:
+        """The :class:`~.shared.SharedUnit` that computes ``unit`` (None: its own unit)."""
+        if self.share is None or unit is None:
+            return None
+        shared = self.share(cfg, dict(unit))
+        if shared is not None and not isinstance(shared, SharedUnit):
+            raise TypeError(f"experiment {self.name!r}: share() must return a SharedUnit or "
+                            f"None, got {type(shared).__name__}")
+        return shared
 
     def digest(self, cfg: Config, unit: Mapping[str, Any] | None = None) -> str:
         """SHA-256 (hex) of (cache format, name, version, resolved config, unit, code)."""
@@ -132,7 +151,7 @@ _REGISTRY: Registry[Experiment] = Registry("experiment")
 
 
 def experiment(name: str, config: type, *, version: str, units=None, combine=None,
-               description: str | None = None, requires: Sequence[str] = ()):
+               description: str | None = None, requires: Sequence[str] = (), share=None):
     """Register ``compute`` as experiment ``name`` (decorator); returns the function unchanged.
 
     Args:
@@ -146,12 +165,15 @@ def experiment(name: str, config: type, *, version: str, units=None, combine=Non
         description: one line for ``ecosim list`` (default: the docstring's first line).
         requires: optional packages (import names) the compute function needs, e.g.
             ``("torch",)``; ``ecosim figures`` skips figures whose experiments lack them.
+        share: optional ``(config, unit) -> SharedUnit | None`` (needs ``units``): the units
+            that are a computation other experiments may ask for too, cached under a key of
+            their own (:mod:`.shared`) and computed once per build.
     """
     def register(compute):
         doc = description if description is not None else (compute.__doc__ or "").strip()
         exp = Experiment(name=name, config=config, compute=compute, version=version,
                          units=units, combine=combine, description=doc.splitlines()[0] if doc
-                         else "", requires=tuple(requires))
+                         else "", requires=tuple(requires), share=share)
         _REGISTRY.register(name, exp)
         return compute
     return register

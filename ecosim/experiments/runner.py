@@ -11,6 +11,12 @@ fingerprint (:func:`~.provenance.code_fingerprint`) of the modules that computed
 unit whose fingerprint differs from this process's (the one in its cache key) is an error, never
 cached: another ecosim revision, another package version or another BLAS kernel on a worker
 would otherwise file different bits under this key.
+
+A unit that several experiments ask for (a :class:`~.shared.SharedUnit`: the same function and
+arguments, whose key names that computation and not the experiment) is submitted once per
+:func:`run_many`, for the first experiment in job order that asks; its result is served to
+the others (counted as ``shared`` in their :class:`RunStats`), and its cache entry records
+every experiment that asked.
 """
 from __future__ import annotations
 
@@ -262,10 +268,21 @@ def _compute_unit(compute, cfg, unit, modules=()):
     """Worker side: one unit, timed (wall and this process's CPU seconds), with this process's
     code fingerprint of ``modules`` and its host name. Module-level so that process pools and
     Dask can pickle it."""
+    if unit is None:
+        return _timed(modules, compute, cfg)
+    return _timed(modules, compute, cfg, dict(unit))
+
+
+def _compute_shared(fn, args, modules=()):
+    """Worker side: one shared unit (:class:`~.shared.SharedUnit`), ``fn(**args)``, as
+    :func:`_compute_unit` returns it."""
+    return _timed(modules, functools.partial(fn, **args))
+
+
+def _timed(modules, call, *args):
     code = _provenance.code_fingerprint(*modules)
     t0, c0 = time.perf_counter(), time.process_time()
-    raw = compute(cfg) if unit is None else compute(cfg, dict(unit))
-    results = as_results(raw)
+    results = as_results(call(*args))
     return (results, time.perf_counter() - t0, time.process_time() - c0, code,
             socket.gethostname())
 
@@ -296,6 +313,9 @@ def _code_mismatch(here: dict, there: dict, path: tuple = ()) -> list[str]:
 class RunStats:
     """How one experiment's results were obtained, and what computing them cost.
 
+    A shared unit computed in this call counts as computed once: in the first experiment (in
+    job order) that asked for it; the others count it in ``shared``.
+
     The timings are measurements, not part of what a run is: equality ignores ``cpu_s`` and
     ``wall_s``.
     """
@@ -309,6 +329,10 @@ class RunStats:
     #: wall seconds from the first computed unit's submission to the last one's completion
     #: (0 when every unit was cached); experiments sharing an executor overlap
     wall_s: float = dataclasses.field(default=0.0, compare=False)
+    #: shared units (:mod:`.shared`) that another experiment of the same :func:`run_many`
+    #: computed (counted, with their time, in its ``computed``) and this one was served:
+    #: ``units == cached + computed + shared``
+    shared: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,7 +406,8 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
     soon as it completes, so a run killed midway loses only the units in flight. Results are
     identical whatever the executor, because each unit is a pure function of (config, unit);
     a unit whose worker reports another code fingerprint than this process's is an error
-    (see the module docstring), never cached.
+    (see the module docstring), never cached. A shared unit is computed once, whichever
+    experiments (and how many of their units) ask for it.
 
     Args:
         jobs: ``(experiment or name, config)`` pairs.
@@ -413,18 +438,22 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
             raise TypeError(f"experiment {exp.name!r} takes a {exp.config.__name__}, "
                             f"got {type(cfg).__name__}")
         units = exp.unit_list(cfg)
-        found = [cache.load(exp, cfg, u) for u in units]
-        prov = [cache.provenance(exp, cfg, u) if r is not None else None
-                for u, r in zip(units, found)]
+        # a cache entry: (experiment, config, unit), or (SharedUnit, None, None)
+        entries = [(exp, cfg, u) if s is None else (s, None, None)
+                   for u, s in ((u, exp.shared_unit(cfg, u)) for u in units)]
+        found = [cache.load(*e) for e in entries]
+        prov = [cache.provenance(*e) if r is not None else None for e, r in zip(entries, found)]
         p = len(plans)
         plans.append((exp, cfg, units, found, {"compute_s": 0.0, "cpu_s": 0.0, "start": None,
-                                                "end": None, "provenance": prov}))
+                                                "end": None, "provenance": prov,
+                                                "entries": entries}))
         todo += [(p, i) for i, r in enumerate(found) if r is None]
+    served = _serve_shared(plans, todo)
 
     bars = _bars(plans, todo, progress)
     try:
         pending: dict[Future, tuple[int, int]] = {}
-        queue = list(reversed(todo))
+        queue = list(reversed(list(served)))
         while queue or pending:
             limit = max_pending if max_pending is not None else executor_workers(executor)
             while queue and len(pending) < limit:
@@ -432,13 +461,19 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                 exp, cfg, units = plans[p][:3]
                 if plans[p][4]["start"] is None:
                     plans[p][4]["start"] = time.perf_counter()
-                fut = executor.submit(_compute_unit, exp.compute, cfg, units[i],
-                                      _code_modules(exp))
+                what = plans[p][4]["entries"][i][0]
+                if what is exp:
+                    fut = executor.submit(_compute_unit, exp.compute, cfg, units[i],
+                                          _code_modules(exp))
+                else:
+                    fut = executor.submit(_compute_shared, what.fn, dict(what.args),
+                                          (what.fn.__module__,))
                 pending[fut] = (p, i)
             done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             for fut in sorted(done, key=lambda f: pending[f]):
                 p, i = pending.pop(fut)
                 exp, cfg, units, found, acc = plans[p]
+                entry = acc["entries"][i]
                 unit = "" if units[i] is None else f" unit {units[i]}"
                 try:
                     results, seconds, cpu, code, host = fut.result()
@@ -451,7 +486,7 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                         hint = " (the workers need ecosim installed, at this revision)"
                     raise RuntimeError(f"experiment {exp.name!r}{unit} failed: {exc}"
                                        f"{hint}") from exc
-                diff = _code_mismatch(exp.code(), code)
+                diff = _code_mismatch(entry[0].code(), code)
                 if diff:
                     for other in pending:
                         other.cancel()
@@ -461,36 +496,62 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                         "cached: run workers on this ecosim revision in the same locked "
                         "environment")
                 results = as_results(results, f"experiment {exp.name!r}{unit}")
-                cache.save(exp, cfg, units[i], results)
-                found[i] = results
-                acc["provenance"][i] = cache.provenance(exp, cfg, units[i])
+                askers = [(p, i)] + served[(p, i)]
+                if entry[0] is exp:
+                    cache.save(*entry, results)
+                else:  # the entry records every experiment that asked, the first computed it
+                    names = dict.fromkeys(plans[q][0].name for q, _ in askers)
+                    cache.save(*entry, results, asked_by=tuple(names))
+                for q, j in askers:
+                    plans[q][3][j] = results
+                    plans[q][4]["provenance"][j] = cache.provenance(*entry)
+                    if bars.get(q) is not None:
+                        bars[q].update(1)
                 acc["compute_s"] += seconds
                 acc["cpu_s"] += cpu
                 acc["end"] = time.perf_counter()
-                if bars.get(p) is not None:
-                    bars[p].update(1)
     finally:
         for bar in bars.values():
             bar.close()
 
     out = []
-    computed = {}
-    for p, _ in todo:
+    computed, shared = {}, {}
+    for (p, _), waiters in served.items():
         computed[p] = computed.get(p, 0) + 1
+        for q, _ in waiters:
+            shared[q] = shared.get(q, 0) + 1
     for p, (exp, cfg, units, found, acc) in enumerate(plans):
         if exp.units is None:
             results = found[0]
         else:
             combine = exp.combine or stack_units
             results = as_results(combine(cfg, units, found), f"experiment {exp.name!r}")
-        n_new = computed.get(p, 0)
+        n_new, n_shared = computed.get(p, 0), shared.get(p, 0)
         wall = acc["end"] - acc["start"] if acc["end"] is not None else 0.0
-        stats = RunStats(units=len(units), cached=len(units) - n_new, computed=n_new,
-                         compute_s=acc["compute_s"], cpu_s=acc["cpu_s"], wall_s=wall)
+        stats = RunStats(units=len(units), cached=len(units) - n_new - n_shared,
+                         computed=n_new, compute_s=acc["compute_s"], cpu_s=acc["cpu_s"],
+                         wall_s=wall, shared=n_shared)
         distinct = {_canonical(d): d for d in acc["provenance"]}
         out.append(Run(experiment=exp, config=cfg, results=results, stats=stats,
                        provenance=tuple(distinct[k] for k in sorted(distinct))))
     return out
+
+
+def _serve_shared(plans, todo) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """The units to submit, each with the units served by its result: a shared unit asked for
+    by several units (of one experiment or several) is computed for the first of them in job
+    order, and its result is served to the others."""
+    served: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    first: dict[Any, tuple[int, int]] = {}
+    for p, i in todo:
+        what = plans[p][4]["entries"][i][0]
+        if what is not plans[p][0]:  # a SharedUnit: equal ones are the same computation
+            if what in first:
+                served[first[what]].append((p, i))
+                continue
+            first[what] = (p, i)
+        served[(p, i)] = []
+    return served
 
 
 def _bars(plans, todo, progress) -> dict:

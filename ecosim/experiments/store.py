@@ -1,8 +1,10 @@
 """Results storage: validation, byte-deterministic ``.npz`` files, atomic writes, the Cache.
 
 Cache: ``<root>/<experiment>/<digest>.npz`` where ``digest`` is the experiment's cache key
-(:meth:`~ecosim.experiments.registry.Experiment.digest`). Each entry's ``.json`` beside it
-records the key and the provenance of the code that computed it (git revision, dirty flag,
+(:meth:`~ecosim.experiments.registry.Experiment.digest`); a shared unit's
+(:class:`~ecosim.experiments.shared.SharedUnit`) is ``<root>/shared.<module>.<function>/
+<digest>.npz``, keyed by its computation, not by the experiments asking. Each entry's
+``.json`` beside it records the key and the provenance of the code that computed it (git revision, dirty flag,
 source hash); an entry that cannot be read is recomputed with a one-line notice. Files are
 written byte-deterministic (:func:`save_results`: stored zip members with a fixed timestamp,
 ``.npy`` payloads) to a temporary file in the same directory and moved into place with
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import provenance as _provenance
+from .shared import SharedUnit
 
 if TYPE_CHECKING:
     from .config import Config
@@ -137,10 +140,16 @@ class Cache:
     def __repr__(self) -> str:
         return f"Cache({str(self.root)!r})"
 
-    def path(self, exp: Experiment, cfg: Config, unit=None) -> Path:
+    def path(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
+             unit=None) -> Path:
+        """The entry's ``.npz``: ``root/<experiment>/<digest>.npz``, or for a
+        :class:`~.shared.SharedUnit` (``cfg`` and ``unit`` unused) ``root/<its name>/<digest>``."""
+        if isinstance(exp, SharedUnit):
+            return self.root / exp.name / f"{exp.digest()[:32]}.npz"
         return self.root / exp.name / f"{exp.digest(cfg, unit)[:32]}.npz"
 
-    def load(self, exp: Experiment, cfg: Config, unit=None) -> Results | None:
+    def load(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
+             unit=None) -> Results | None:
         """Cached results, or None when absent or unreadable (then they are recomputed, and a
         one-line notice on stderr says so)."""
         path = self.path(exp, cfg, unit)
@@ -154,7 +163,8 @@ class Cache:
                   file=sys.stderr)
             return None
 
-    def provenance(self, exp: Experiment, cfg: Config, unit=None) -> dict[str, Any]:
+    def provenance(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
+                   unit=None) -> dict[str, Any]:
         """Who computed an entry: ``{"git_revision", "git_dirty", "source_sha256"}`` from its
         ``.json`` (Nones where the file is missing or older than this record)."""
         try:
@@ -164,13 +174,18 @@ class Cache:
             prov = {}
         return {k: prov.get(k) for k in ("git_revision", "git_dirty", "source_sha256")}
 
-    def save(self, exp: Experiment, cfg: Config, unit, results: Results) -> Path:
-        """Write an entry: the ``.npz`` and a ``.json`` of its key and provenance."""
+    def save(self, exp: Experiment | SharedUnit, cfg: Config | None, unit,
+             results: Results, *, asked_by: tuple[str, ...] = ()) -> Path:
+        """Write an entry: the ``.npz`` and a ``.json`` of its key and provenance (for a
+        shared unit also ``asked_by``: the experiments that asked for it when it was computed,
+        the first of them the one it was computed for; not part of the key)."""
         path = self.path(exp, cfg, unit)
-        doc = exp.key_doc(cfg, unit)
+        doc = exp.key_doc() if isinstance(exp, SharedUnit) else exp.key_doc(cfg, unit)
         rev, dirty = _provenance.git_revision()
         doc["provenance"] = {"git_revision": rev, "git_dirty": dirty,
                              "source_sha256": doc["code"]["source_sha256"]}
+        if isinstance(exp, SharedUnit):
+            doc["provenance"]["asked_by"] = list(asked_by)
         atomic_write(path.with_suffix(".json"),
                      (json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
         atomic_write(path, results_bytes(results))
