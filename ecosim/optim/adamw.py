@@ -156,8 +156,7 @@ class AdamW(QuantizedOptimizer):
     def step_param(self, name, w, g, b, ctx):
         """AdamW's direction ``(lr / bc1) m / d`` and ECO gain ``(bc1 / lr)(1 - 1/b1) d``; the
         scheme does the rest."""
-        q = self.weight_quantizer(name)
-        sch = self.scheme_object(name)
+        q, sch = self._of_param(name)  # the weight quantizer and the scheme
         b1, b2, lr = self.b1, self.b2, ctx.lr
         n = ctx.t + 1
         bc1, bc2 = 1.0 - b1**n, 1.0 - b2**n

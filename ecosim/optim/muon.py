@@ -218,8 +218,7 @@ class Muon(QuantizedOptimizer):
         if not self.is_matrix(w.shape):
             actx = dataclasses.replace(ctx, lr=self._adam.lr_at(ctx.t))
             return self._adam.step_param(name, w, g, b, actx)
-        q = self.weight_quantizer(name)
-        sch = self.scheme_object(name)
+        q, sch = self._of_param(name)  # the weight quantizer and the scheme
         beta, lr = self.beta, ctx.lr
         m, n, out, held = momentum_step(self, name, w, g, b, q, ctx, beta, nesterov=self.nesterov)
         if held is not None:  # lr == 0: the weights are left as they are

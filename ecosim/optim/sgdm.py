@@ -168,8 +168,7 @@ class SGDM(QuantizedOptimizer):
 
     def step_param(self, name, w, g, b, ctx):
         """SGDM's direction ``u`` and ECO gain ``alpha(lr)``; the scheme does the rest."""
-        q = self.weight_quantizer(name)
-        sch = self.scheme_object(name)
+        q, sch = self._of_param(name)  # the weight quantizer and the scheme
         beta, lr = self.beta, ctx.lr
         if self.weight_decay:
             g = g + self.weight_decay * w  # coupled L2 at the stored weights
