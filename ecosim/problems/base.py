@@ -60,6 +60,16 @@ def check_key(key: Any, name: str = "key") -> int:
     return value
 
 
+def check_dimension(d: Any, minimum: int, why: str = "") -> int:
+    """Returns the dimension ``d`` as a Python int, or raises if it is not an integer
+    ``>= minimum`` (``why``: the reason for the minimum, quoted in the message)."""
+    value = check_key(d, "d")
+    if value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"d must be {kind}{why}, got {value}")
+    return value
+
+
 def keyed_rng(key: int, stream: int, step: int = 0) -> np.random.Generator:
     """The generator for draw ``step`` of ``stream`` under ``key``.
 
@@ -107,6 +117,13 @@ def check_batch_size(batch_size: Any) -> int | None:
     if value == 0:
         raise ValueError("batch_size must be a positive integer or None (full batch), got 0")
     return value
+
+
+def set_fields(problem: Any, **values: Any) -> None:
+    """Writes checked ``values`` onto the frozen dataclass ``problem`` (in its
+    ``__post_init__``, which is where a frozen dataclass may set its own fields)."""
+    for name, value in values.items():
+        object.__setattr__(problem, name, value)
 
 
 def readonly(array: np.ndarray) -> np.ndarray:

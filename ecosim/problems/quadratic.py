@@ -11,20 +11,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .base import (
-    STREAM_BATCH,
-    STREAM_BUILD,
-    STREAM_INIT,
-    Problem,
-    check_batch_size,
-    check_dtype,
-    check_key,
-    check_params,
-    check_positive,
-    check_real,
-    keyed_rng,
-    readonly,
-)
+from .base import (STREAM_BATCH, STREAM_BUILD, STREAM_INIT, Problem, check_batch_size,
+                   check_dimension, check_dtype, check_key, check_params, check_positive,
+                   check_real, keyed_rng, readonly, set_fields)
 
 __all__ = ["NoiseBatch", "Quadratic", "DEFAULT_OFFSET"]
 
@@ -114,10 +103,7 @@ class Quadratic(Problem):
     f_star = 0.0
 
     def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        d = check_key(self.d, "d")
-        if d < 1:
-            raise ValueError(f"d must be a positive integer, got {d}")
+        d = check_dimension(self.d, 1)
         L = check_positive(self.L, "L")
         cond = check_positive(self.cond, "cond")
         if cond < 1.0:
@@ -130,10 +116,8 @@ class Quadratic(Problem):
         grad_noise = check_positive(self.grad_noise, "grad_noise", allow_zero=True)
         offset = None if self.offset is None else check_real(self.offset, "offset")
         dtype = check_dtype(self.dtype)
-        for name, value in [("d", d), ("L", L), ("cond", cond), ("rotated", bool(self.rotated)),
-                            ("key", key), ("grad_noise", grad_noise), ("offset", offset),
-                            ("dtype", dtype)]:
-            set_(self, name, value)
+        set_fields(self, d=d, L=L, cond=cond, rotated=bool(self.rotated), key=key,
+                   grad_noise=grad_noise, offset=offset, dtype=dtype)
 
         if cond == 1.0:
             lam = np.full(d, L)
@@ -149,16 +133,15 @@ class Quadratic(Problem):
         u = rng.uniform(-0.5, 0.5, size=d)
         xstar = np.zeros(d) if offset is None else offset + u
 
-        set_(self, "eigenvalues", readonly(lam.astype(dtype)))
-        set_(self, "optimum", readonly(xstar.astype(dtype)))
+        set_fields(self, eigenvalues=readonly(lam.astype(dtype)),
+                   optimum=readonly(xstar.astype(dtype)))
         if q is None:
-            set_(self, "rotation", None)
-            set_(self, "_hessian", None)
+            set_fields(self, rotation=None, _hessian=None)
         else:
             h = (q * lam) @ q.T
             h = 0.5 * (h + h.T)  # exactly symmetric
-            set_(self, "rotation", readonly(q.astype(dtype)))
-            set_(self, "_hessian", readonly(h.astype(dtype)))
+            set_fields(self, rotation=readonly(q.astype(dtype)),
+                       _hessian=readonly(h.astype(dtype)))
 
     @property
     def mu(self) -> float:

@@ -6,17 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import (
-    STREAM_INIT,
-    Problem,
-    check_dtype,
-    check_key,
-    check_params,
-    check_positive,
-    check_real,
-    keyed_rng,
-    readonly,
-)
+from .base import (STREAM_INIT, Problem, check_dimension, check_dtype, check_key, check_params,
+                   check_positive, check_real, keyed_rng, readonly, set_fields)
 
 __all__ = ["Rosenbrock"]
 
@@ -61,25 +52,20 @@ class Rosenbrock(Problem):
     f_star: float | None = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        d = check_key(self.d, "d")
-        if d < 2:
-            raise ValueError(f"d must be an integer >= 2 (the chain couples neighbours), got {d}")
+        d = check_dimension(self.d, 2, " (the chain couples neighbours)")
         a = check_real(self.a, "a")
         b = check_positive(self.b, "b")
         init_scale = check_positive(self.init_scale, "init_scale", allow_zero=True)
         dtype = check_dtype(self.dtype)
-        for name, value in [("d", d), ("a", a), ("b", b), ("init_scale", init_scale),
-                            ("dtype", dtype)]:
-            set_(self, name, value)
+        set_fields(self, d=d, a=a, b=b, init_scale=init_scale, dtype=dtype)
         if d == 2:
             xstar = np.array([a, a * a])
         elif a * a == a:
             xstar = np.full(d, a)
         else:
             xstar = None
-        set_(self, "optimum", None if xstar is None else readonly(xstar.astype(dtype)))
-        set_(self, "f_star", None if xstar is None else 0.0)
+        set_fields(self, optimum=None if xstar is None else readonly(xstar.astype(dtype)),
+                   f_star=None if xstar is None else 0.0)
 
     def _x(self, params: Any, batch: Any) -> np.ndarray:
         if batch is not None:
