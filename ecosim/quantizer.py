@@ -20,7 +20,8 @@ from ._checks import NonFiniteError, check_bool, native
 from .formats import Format, decode_bits, get
 from .rounding import (_CHUNK, MODES, SR_RULES, _chunk_bits, _kernel, _prepare, _random_source,
                        quantize)
-from .rounding_codes import _candidate_codes, _code_kernel
+from .quantizer_rows import code_pending, fused_rows
+from .rounding_codes import _code_kernel
 
 __all__ = ["Quantizer", "QuantizerConfig", "Encoded", "SCALE_RULES", "POW2_RULES"]
 
@@ -324,8 +325,14 @@ class Quantizer(QuantizerConfig):
             return x, _dequantize(c, s, x.dtype), s
         fuse = (s is None and kind == "row" and self.scale in ("absmax", "absmax_pow2")
                 and 0 < C <= _CHUNK)
+        res = cbuf = None
+        if codes_out:
+            res = np.empty(n + 3, self.fmt.code_dtype)  # room to pack 2- and 4-bit codes
+            res[n:] = 0
         if fuse:
             s = np.empty(tuple(1 if i in axes else m for i, m in enumerate(xb.shape)), dt)
+            if not sr and x.dtype == dt:  # RTN: ecosim.quantizer_rows
+                return self._fused_rtn(x, xb, s, plan, info, res)
         elif s is None:
             s = self._scales(xb, axes)
         s2 = s.reshape((R, 1) if kind == "row" else (1, C) if kind == "col" else (1, 1))
@@ -333,15 +340,9 @@ class Quantizer(QuantizerConfig):
         half = x.dtype not in (np.float32, np.float64)
         m = min(n, _CHUNK)
         ybuf = np.empty(m, dt)
-        if codes_out:
-            res = np.empty(n + 3, self.fmt.code_dtype)  # room to pack 2- and 4-bit codes
-            res[n:] = 0
-            cbuf = None
-        else:
-            res = np.empty(n, dt)
-            cbuf = np.empty(m, dt)
+        if not codes_out:
+            res, cbuf = np.empty(n, dt), np.empty(m, dt)
         R2 = res[:n].reshape(R, C)
-        tiny = np.finfo(dt).tiny
         pending = []  # candidates of the code kernel, coded once at the end
         # No |y| above y_hi rounds past max: the kernels skip that test (their no_over).
         y_hi = np.array(plan.hi, plan.src.udtype).view(dt)[()] if plan.fmt.is_float else None
@@ -360,7 +361,7 @@ class Quantizer(QuantizerConfig):
                 am = amax[g0:g1]
                 if not np.isfinite(am).all():
                     raise _nonfinite(xb)
-                sg = s2[g0:g1] = self._absmax_scales(am, dt, tiny)
+                sg = s2[g0:g1] = self._absmax_scales(am, dt, info.tiny)
                 # max |y| of a row is amax / s exactly (the division is monotone)
                 no_over = y_hi is not None and bool((am / sg).max() <= y_hi)
             for i0, i1, j0, j1 in _chunks(g1 - g0, C):
@@ -384,15 +385,24 @@ class Quantizer(QuantizerConfig):
                     _kernel(plan, y, c, r, no_over=no_over)
                     np.multiply(c.reshape(shape2), sc, out=R2[i0:i1, j0:j1])
         if codes_out:
-            if pending:
-                idx, xs, rs = (np.concatenate(p) if p[0] is not None else None
-                               for p in zip(*pending))
-                res[idx] = _candidate_codes(plan, xs, rs)
+            code_pending(plan, res, pending)
             return x, res, s
         out = res.reshape(xb.shape)
         if half:
             out = _dequantize(out, s, x.dtype)
         return x, out, s
+
+    def _fused_rtn(self, x, xb, s, plan, info, res):
+        """:meth:`_run`'s result by :func:`ecosim.quantizer_rows.fused_rows` (RTN, absmax scales
+        per row or group, float32/float64 input): ``s`` its empty scales, ``res`` its codes."""
+        got = fused_rows(plan, np.ascontiguousarray(xb).reshape(info.R, info.C),
+                         s.reshape(info.R, 1), self._absmax_scales, info.tiny, res)
+        if got is None:
+            raise _nonfinite(xb)
+        if res is None:
+            return x, got[0].reshape(xb.shape), s
+        code_pending(plan, res, got[1])
+        return x, res, s
 
     def __call__(self, x, *, key=None, rbits=None, scales=None) -> np.ndarray:
         """Dequantized values ``fl(s * Q(x / s))``, same shape and dtype as ``x``.
