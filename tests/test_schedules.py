@@ -7,17 +7,8 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from ecosim.optim import (
-    Constant,
-    InverseTime,
-    StepDecay,
-    WarmupCosine,
-    as_schedule,
-    constant,
-    inverse_time,
-    step_decay,
-    warmup_cosine,
-)
+from ecosim.optim import (Constant, InverseTime, StepDecay, WarmupCosine, as_schedule, constant,
+                          inverse_time, step_decay, warmup_cosine)
 
 PEAKS = [1.2e-3, 7.5e-5, 0.3, 1.0]
 

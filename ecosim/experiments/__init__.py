@@ -3,25 +3,9 @@
 Importing this package registers every experiment of ecosim (one module per topic). Add one
 with :func:`experiment`; run it with :func:`run` or ``ecosim run NAME --set key=value``.
 """
-from .base import (
-    Cache,
-    Config,
-    ConfigError,
-    Experiment,
-    InlineExecutor,
-    Results,
-    Run,
-    RunStats,
-    experiment,
-    experiments,
-    get,
-    load_results,
-    make_executor,
-    run,
-    run_many,
-    save_results,
-    stack_units,
-)
+from .base import (Cache, Config, ConfigError, Experiment, InlineExecutor, Results, Run, RunStats,
+                   experiment, experiments, get, load_results, make_executor, run, run_many,
+                   save_results, stack_units)
 
 # the registered experiments (importing a module registers what it defines)
 from . import floor, grids  # noqa: E402,F401  isort: skip
@@ -40,22 +24,6 @@ from . import lm_finetune  # noqa: E402,F401  isort: skip
 from . import lm_eco_adam  # noqa: E402,F401  isort: skip
 from . import lm_switches  # noqa: E402,F401  isort: skip
 
-__all__ = [
-    "Cache",
-    "Config",
-    "ConfigError",
-    "Experiment",
-    "InlineExecutor",
-    "Results",
-    "Run",
-    "RunStats",
-    "experiment",
-    "experiments",
-    "get",
-    "load_results",
-    "make_executor",
-    "run",
-    "run_many",
-    "save_results",
-    "stack_units",
-]
+__all__ = ["Cache", "Config", "ConfigError", "Experiment", "InlineExecutor", "Results", "Run",
+           "RunStats", "experiment", "experiments", "get", "load_results", "make_executor", "run",
+           "run_many", "save_results", "stack_units"]
