@@ -18,9 +18,10 @@ Their gaps are paired, seed by seed, with the ``lm`` experiment's ``fp8_master_*
 ``fp8_eco_*`` runs of the same mode (figure ``lm_eco_adam``), so this experiment trains only
 the variants: each unit is one :func:`ecosim.torch.lm.train` run exactly as the ``lm``
 experiment makes it (the shared unit :func:`ecosim.experiments.lm.train_run` of its run
-config, so a method ``lm`` runs too would be trained once). Default: four of the six (:data:`DEFAULT_METHODS`: every variant with
-RTN, and the momentum-exact rule with SR as well), 12 runs of about 34 CPU-seconds, about 7
-CPU-minutes; the other two with ``--set lm_eco_adam.methods=...``.
+config, so a method ``lm`` runs too would be trained once; none of the defaults is). Default:
+four of the six (:data:`DEFAULT_METHODS`: every variant with RTN, and the momentum-exact rule
+with SR as well), 12 runs of about 34 CPU-seconds, about 7 CPU-minutes; the other two with
+``--set lm_eco_adam.methods=...``.
 """
 from __future__ import annotations
 

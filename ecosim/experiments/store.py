@@ -4,9 +4,10 @@ Cache: ``<root>/<experiment>/<digest>.npz`` where ``digest`` is the experiment's
 (:meth:`~ecosim.experiments.registry.Experiment.digest`); a shared unit's
 (:class:`~ecosim.experiments.shared.SharedUnit`) is ``<root>/shared.<module>.<function>/
 <digest>.npz``, keyed by its computation, not by the experiments asking. Each entry's
-``.json`` beside it records the key and the provenance of the code that computed it (git revision, dirty flag,
-source hash); an entry that cannot be read is recomputed with a one-line notice. Files are
-written byte-deterministic (:func:`save_results`: stored zip members with a fixed timestamp,
+``.json`` beside it records the key and the provenance of the code that computed it (git
+revision, dirty flag, source hash; for a shared unit also the experiments that asked for it);
+an entry that cannot be read is recomputed with a one-line notice. Files are written
+byte-deterministic (:func:`save_results`: stored zip members with a fixed timestamp,
 ``.npy`` payloads) to a temporary file in the same directory and moved into place with
 :func:`os.replace`, so a file that exists is complete, and a rerun writes the very same bytes.
 """
