@@ -114,16 +114,18 @@ class SweepConfig(OptimizerConfig):
     problems: tuple[str, ...] = PROBLEMS
     optimizers: tuple[str, ...] = OPTIMIZERS
     mode: Literal["rtn", "sr"] = "rtn"
+    # Rosenbrock
     rosen_rows: int = 4
     rosen_cols: int = 4
+    rosen_adamw_lr: float = 0.1
+    rosen_muon_lr: float = 0.03
+    rosen_floor: float = 1e-5
+    # MLP
     mlp_sizes: tuple[int, ...] = (16, 32, 32, 8)
     mlp_train: int = 2048
     batch_size: int = 64
-    rosen_adamw_lr: float = 0.1
-    rosen_muon_lr: float = 0.03
     mlp_adamw_lr: float = 0.04
     mlp_muon_lr: float = 0.04
-    rosen_floor: float = 1e-5
     CHECKS: ClassVar[dict] = {
         "problems": (nonempty, distinct, one_of(PROBLEMS)),
         "optimizers": (nonempty, distinct, one_of(OPTIMIZERS)),

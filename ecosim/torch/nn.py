@@ -72,13 +72,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections import Counter
-from typing import NamedTuple
+from collections import Counter, namedtuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..memory import Memory
 from . import rng
 from .quantizer import _E8M0, _STORAGE, Encoded, Quantizer, decode_bits
 from .rounding import quantize
@@ -497,8 +497,13 @@ _STATE_BUFFER = {"m": "m", "exp_avg": "m", "momentum_buffer": "m", "v": "v",
                  "w_scales": "weights"}
 
 
-class MeasuredMemory(NamedTuple):
-    """Bytes actually held, by buffer (the tensors' ``nbytes``; see :func:`measured_memory`).
+_MEASURED = (*Memory._fields, "other", "n_params")  # the formula's buffers, then two more
+
+
+class MeasuredMemory(namedtuple("MeasuredMemory", _MEASURED, defaults=(0,) * len(_MEASURED))):
+    """Bytes actually held, by buffer (the tensors' ``nbytes``; see :func:`measured_memory`):
+    the buffers of :class:`ecosim.memory.Memory` (the formula), then ``other`` and
+    ``n_params``; every field an int, 0 by default.
 
     Attributes:
         weights: what the model holds for its parameters: codes + scales (+ the 4-byte slot)
@@ -509,14 +514,7 @@ class MeasuredMemory(NamedTuple):
         n_params: number of parameter elements (a stored weight counts its full shape).
     """
 
-    weights: int = 0
-    master: int = 0
-    m: int = 0
-    v: int = 0
-    e_prev: int = 0
-    c: int = 0
-    other: int = 0
-    n_params: int = 0
+    __slots__ = ()
 
     @property
     def total(self) -> int:
