@@ -19,9 +19,9 @@ from typing import ClassVar
 import numpy as np
 
 from .. import theory
-from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
-                   nonempty, one_of, positive, stack_units)
-from .floor import simulate_floor
+from .base import (Config, at_least, distinct, experiment, interval, non_negative, nonempty,
+                   one_of, positive, stack_units)
+from .floor import check_stable, simulate_floor
 from .floor_additive import simulate_additive
 
 __all__ = ["BetaFactorConfig", "exact_ratio"]
@@ -63,10 +63,7 @@ class BetaFactorConfig(Config):
 
     def __post_init__(self):
         super().__post_init__()
-        for b in self.betas:
-            if max(self.lrs) >= theory.stability_limit(self.L, b):
-                raise ConfigError(f"BetaFactorConfig: lr {max(self.lrs)} is unstable at "
-                                  f"beta={b}")
+        check_stable(self, max(self.lrs), self.betas, self.L)
 
 
 def _units(cfg: BetaFactorConfig):

@@ -29,7 +29,7 @@ from ..train import train
 from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
                    nonempty, one_of, positive)
 
-__all__ = ["FloorConfig", "simulate_floor", "quantizer_for"]
+__all__ = ["FloorConfig", "simulate_floor", "quantizer_for", "check_stable"]
 
 
 def quantizer_for(grid: str, mode: str, step: float, *, nbits: int = 32,
@@ -112,6 +112,18 @@ def simulate_floor(scheme: str, lr: float, beta: float, *, mode: str = "sr", d: 
             "closed_form": closed, "lyapunov": lyap, "steps": steps}
 
 
+def check_stable(cfg: Config, lr: float, betas, L: float = 1.0) -> None:
+    """Raise :class:`ConfigError` (naming ``cfg``'s class) unless heavy-ball momentum at rate
+    ``lr`` is stable on a quadratic of curvature ``L`` at every ``beta`` of ``betas``
+    (:func:`ecosim.theory.stability_limit`): the configs of the quadratic experiments check
+    their largest rate with it."""
+    for b in betas:
+        limit = theory.stability_limit(L, b)
+        if lr >= limit:
+            raise ConfigError(f"{type(cfg).__name__}: lr {lr} is unstable at beta={b} (the limit "
+                              f"is {limit:.4g})")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FloorConfig(Config):
     """Noise floor vs learning rate: master, naive, eco under SR and RTN, uniform and FP8."""
@@ -137,10 +149,7 @@ class FloorConfig(Config):
 
     def __post_init__(self):
         super().__post_init__()
-        for b in self.betas:  # the quadratic has curvature L = 1
-            if max(self.lrs) >= theory.stability_limit(1.0, b):
-                raise ConfigError(f"FloorConfig: lr {max(self.lrs)} is unstable at beta={b} "
-                                  f"(the limit is {theory.stability_limit(1.0, b):.4g})")
+        check_stable(self, max(self.lrs), self.betas)  # the quadratic has curvature L = 1
 
 
 def _floor_units(cfg: FloorConfig):

@@ -21,8 +21,9 @@ from typing import ClassVar
 import numpy as np
 
 from .. import rng, theory
-from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
-                   nonempty, one_of, positive, stack_units)
+from .base import (Config, at_least, distinct, experiment, interval, non_negative, nonempty,
+                   one_of, positive, stack_units)
+from .floor import check_stable
 
 __all__ = ["FloorAdditiveConfig", "simulate_additive", "batch_means"]
 
@@ -135,10 +136,7 @@ class FloorAdditiveConfig(Config):
 
     def __post_init__(self):
         super().__post_init__()
-        for b in self.betas:
-            if max(self.lrs) >= theory.stability_limit(self.L, b):
-                raise ConfigError(f"FloorAdditiveConfig: lr {max(self.lrs)} is unstable at "
-                                  f"beta={b}")
+        check_stable(self, max(self.lrs), self.betas, self.L)
 
     @property
     def sigma2(self) -> float:

@@ -25,7 +25,7 @@ from ..problems import Quadratic
 from ..train import train
 from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
                    nonempty, one_of, positive)
-from .floor import quantizer_for
+from .floor import check_stable, quantizer_for
 
 __all__ = ["NaiveDecayConfig", "window_means"]
 
@@ -72,8 +72,7 @@ class NaiveDecayConfig(Config):
         if self.bins > self.steps:
             raise ConfigError(f"NaiveDecayConfig.bins: expected at most steps ({self.steps}), "
                               f"got {self.bins}")
-        if self.peak_lr >= theory.stability_limit(self.L, self.beta):
-            raise ConfigError("NaiveDecayConfig.peak_lr is outside the stability region")
+        check_stable(self, self.peak_lr, (self.beta,), self.L)
 
     def schedule(self):
         """The ECO paper's schedule: 10% warmup from 0.01x, cosine to 0.1x the peak."""

@@ -34,8 +34,9 @@ from ..optim import sgdm
 from ..problems import Quadratic
 from ..quantizer import Quantizer
 from ..train import initial_point, train
-from .base import (Config, ConfigError, at_least, experiment, finite, interval, non_negative,
-                   positive, stack_units)
+from .base import (Config, at_least, experiment, finite, interval, non_negative, positive,
+                   stack_units)
+from .floor import check_stable
 
 __all__ = ["RtnStallConfig", "naive_stall_steps", "eco_release_steps"]
 
@@ -123,8 +124,7 @@ class RtnStallConfig(Config):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.lr >= theory.stability_limit(self.L, self.beta):
-            raise ConfigError("RtnStallConfig.lr is outside the stability region")
+        check_stable(self, self.lr, (self.beta,), self.L)
 
 
 def _units(cfg: RtnStallConfig):
