@@ -135,6 +135,16 @@ def test_constructor_checks_types_and_widens_ints():
     assert ToyConfig(n=np.int64(3)).n == 3 and type(ToyConfig(n=np.int64(3)).n) is int
 
 
+@pytest.mark.parametrize("name,item,message", [
+    ("mlp_states", "variants=bogus", "MLPStatesConfig.variants: variant 'bogus': expected"),
+    ("compressed_states", "muon_specs=fp,bogus", "CompressedStatesConfig.muon_specs: 'bogus': "),
+    ("lm_finetune", "methods=bogus", "LMFinetuneConfig.methods: unknown method 'bogus'")])
+def test_parsed_entries_keep_the_parsers_message(name, item, message):
+    """Config.parse_entries: the parser's ValueError, prefixed with the config and field."""
+    with pytest.raises(E.ConfigError, match="^" + message):
+        E.get(name).config().override([item])
+
+
 def test_config_docstring_example():
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)

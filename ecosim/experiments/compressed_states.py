@@ -162,11 +162,7 @@ class CompressedStatesConfig(lp.OptimizerConfig):
     def __post_init__(self):
         super().__post_init__()
         for field in ("adamw_specs", "muon_specs"):
-            for s in getattr(self, field):
-                try:
-                    parse_spec(s)
-                except ValueError as exc:
-                    raise ConfigError(f"CompressedStatesConfig.{field}: {exc}") from None
+            self.parse_entries(field, parse_spec)
         # every width is the last axis of some weight or bias
         if self.state_block and any(n % self.state_block for n in self.mlp_sizes):
             raise ConfigError("CompressedStatesConfig.state_block must divide every layer "

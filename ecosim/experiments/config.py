@@ -223,6 +223,18 @@ class Config:
             object.__setattr__(self, f.name, value)
         _run_checks(self)
 
+    def parse_entries(self, name: str, parse: Callable[[Any], Any]) -> list:
+        """``parse`` of every entry of the tuple field ``name``, for a subclass's
+        ``__post_init__`` (names that a parser knows: methods, variants, specs); the first
+        ValueError becomes a :class:`ConfigError` ``Cls.name: <the parser's message>``."""
+        out = []
+        for entry in getattr(self, name):
+            try:
+                out.append(parse(entry))
+            except ValueError as exc:
+                raise ConfigError(f"{type(self).__name__}.{name}: {exc}") from None
+        return out
+
     def smoke(self):
         """The shrunken variant for ``--smoke`` (applies ``SMOKE``)."""
         return self.replace(**self.SMOKE)

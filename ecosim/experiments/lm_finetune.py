@@ -93,11 +93,7 @@ class LMFinetuneConfig(Config):
 
     def __post_init__(self):
         super().__post_init__()
-        for m in self.methods:
-            try:
-                w = method_parts(m)[0]
-            except ValueError as exc:
-                raise ConfigError(f"LMFinetuneConfig.methods: {exc}") from None
+        for m, (w, _, _) in zip(self.methods, self.parse_entries("methods", method_parts)):
             if w != "int4":
                 raise ConfigError(f"LMFinetuneConfig.methods: {m!r} is not an INT4 method; "
                                   f"choose from {FINETUNE_METHODS}")

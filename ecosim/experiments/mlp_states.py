@@ -33,7 +33,7 @@ import numpy as np
 from .. import memory, recipes, rng
 from ..optim import adamw, sgdm
 from ..quantizer import Quantizer
-from .base import ConfigError, at_least, distinct, experiment, interval, nonempty, positive
+from .base import at_least, distinct, experiment, interval, nonempty, positive
 from .mlp_methods import make_problem, run_training, weight_quantizer
 from .mlp_recipe import MLPRecipe
 
@@ -158,11 +158,7 @@ class MLPStatesConfig(MLPRecipe):
 
     def __post_init__(self):
         super().__post_init__()
-        for v in self.variants:
-            try:
-                parse_variant(v)
-            except ValueError as exc:
-                raise ConfigError(f"{type(self).__name__}.variants: {exc}") from None
+        self.parse_entries("variants", parse_variant)
 
 
 def build_optimizer(cfg: MLPStatesConfig, variant: str, problem):
