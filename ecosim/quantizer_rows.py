@@ -6,9 +6,10 @@ outside the rounding itself: the blocks' maxima, the division by the scales and 
 multiplication back. This module does that work in the chunked pass with fewer passes over
 each chunk, to the same bits as the general path of :meth:`ecosim.Quantizer._run`:
 
-- the blocks' maxima are taken on the magnitude bits (an unsigned maximum of ``bits & ~sign``,
-  monotone in ``|x|``; NaN shows as bits above inf's), which NumPy reduces about twice as fast
-  as a float maximum over short rows such as groups of 32;
+- the blocks' maxima are ``max(max x, -min x)`` over long rows (two reductions, no pass that
+  writes) and, over short rows such as groups of 32, the unsigned maximum of the magnitude bits
+  ``bits & ~sign`` (monotone in ``|x|``; NaN shows as bits above inf's), which NumPy reduces
+  about twice as fast as a float maximum there;
 - once the maxima say that no quotient ``x / s`` can round past the grid's largest value (the
   general path's ``no_over``), the rounding needs neither the overflow rules nor a separate
   sign: a float format that has ``-0`` (signed, not fnuz) is rounded on the quotient's bits
@@ -25,8 +26,6 @@ fails (e.g. ``absmax_pow2`` with ``pow2="floor"``, whose top binade may clip).
 from __future__ import annotations
 
 import numpy as np
-
-import sys
 
 from .bitops import NUMPY_WORDS, add_rounding, round_bits
 from .rounding import _CHUNK, _kernel, _small_values
@@ -46,14 +45,28 @@ def fast_rtn_ok(plan) -> bool:
     return (not fmt.is_float) or (fmt.signed and fmt.nan != "fnuz")
 
 
-def row_absmax(X2: np.ndarray, i0: int, i1: int, amax: np.ndarray, ubuf: np.ndarray) -> None:
+def row_absmax(X2: np.ndarray, i0: int, i1: int, amax: np.ndarray, ubuf: np.ndarray,
+               amin: np.ndarray) -> None:
     """``max |x|`` of rows ``i0..i1-1`` of ``X2`` (float32 or float64) into ``amax[i0:i1]``
-    (shape ``(i1 - i0, 1)``, ``X2``'s dtype), chunk by chunk through the unsigned buffer
-    ``ubuf`` (at least a chunk). A row holding NaN gets a NaN maximum (bits above inf's)."""
+    (shape ``(i1 - i0, 1)``, ``X2``'s dtype; ``amin`` is scratch of that shape), chunk by chunk.
+    A row holding NaN gets a NaN maximum, one holding inf an infinite one; a zero row 0 or -0.
+
+    Short rows: an unsigned maximum of the magnitude bits ``bits & ~sign`` (through ``ubuf``, a
+    chunk of unsigned words), which NumPy reduces over short rows about twice as fast as
+    floats. Long rows: ``max(max x, -min x)``, two reductions that write nothing.
+    """
     C = X2.shape[1]
+    k = max(1, _CHUNK // C)
+    if C >= _EXPAND_BELOW:
+        for a in range(i0, i1, k):
+            b = min(a + k, i1)
+            np.maximum.reduce(X2[a:b], axis=1, keepdims=True, out=amax[a:b])
+            np.minimum.reduce(X2[a:b], axis=1, keepdims=True, out=amin[a:b])
+        np.negative(amin[i0:i1], out=amin[i0:i1])
+        np.maximum(amax[i0:i1], amin[i0:i1], out=amax[i0:i1])
+        return
     U = ubuf.dtype.type
     mask = U((1 << (8 * ubuf.itemsize - 1)) - 1)
-    k = max(1, _CHUNK // C)
     am = amax.view(ubuf.dtype)
     for a in range(i0, i1, k):
         b = min(a + k, i1)
@@ -62,7 +75,7 @@ def row_absmax(X2: np.ndarray, i0: int, i1: int, amax: np.ndarray, ubuf: np.ndar
         np.maximum.reduce(u, axis=1, keepdims=True, out=am[a:b])
 
 
-def signed_float_rtn(plan, y: np.ndarray, c: np.ndarray, ubuf: np.ndarray) -> None:
+def signed_float_rtn(plan, y: np.ndarray, c: np.ndarray, ubuf: np.ndarray, defer=False):
     """:func:`ecosim.rounding._kernel` (RTN, ``no_over``) of ``y`` into ``c`` for a float format
     with ``-0`` (signed, not fnuz), on the bits with their sign.
 
@@ -70,8 +83,9 @@ def signed_float_rtn(plan, y: np.ndarray, c: np.ndarray, ubuf: np.ndarray) -> No
     reaches the sign bit, so rounding the signed bits is rounding the magnitude and putting the
     sign back, which is all the kernel's last step does for such a format. Inputs below the
     smallest normal (``|y|`` bits under ``minnorm``: the bits shifted left by one, which drops
-    the sign, under ``minnorm << 1``) are rounded by :func:`ecosim.rounding._small_values` and
-    take their sign. ``ubuf`` is scratch of ``y``'s size in the unsigned words.
+    the sign, under ``minnorm << 1``) are rounded by :func:`small_bits`, or with ``defer``
+    returned as ``(indices, inputs)`` for the caller to round them all at once (None when
+    there are none). ``ubuf`` is scratch of ``y``'s size in the unsigned words.
     """
     src = plan.src
     U = src.udtype.type
@@ -79,11 +93,20 @@ def signed_float_rtn(plan, y: np.ndarray, c: np.ndarray, ubuf: np.ndarray) -> No
     r = c.view(src.udtype)
     round_bits(plan, b, r, None, NUMPY_WORDS)
     t = np.left_shift(b, U(1), out=ubuf[:b.size])
-    lim = U(plan.minnorm << 1)
-    if t.size and np.minimum.reduce(t) < lim:
-        idx = np.flatnonzero(t < lim)
-        sign = U(1 << (8 * src.udtype.itemsize - 1))
-        r[idx] = _small_values(plan, y[idx], None) | (b[idx] & sign)
+    idx = np.flatnonzero(t < U(plan.minnorm << 1))  # a few per chunk: no test of the minimum
+    if not idx.size:
+        return None
+    if defer:
+        return idx, y[idx]
+    r[idx] = small_bits(plan, y[idx])
+    return None
+
+
+def small_bits(plan, ys: np.ndarray) -> np.ndarray:
+    """The rounded bits, sign included, of inputs ``ys`` below the smallest normal
+    (:func:`ecosim.rounding._small_values` of their magnitudes, and their sign bits)."""
+    udt = plan.src.udtype
+    return _small_values(plan, ys, None) | (ys.view(udt) & udt.type(1 << (8 * udt.itemsize - 1)))
 
 
 def int_rtn(y: np.ndarray, c: np.ndarray) -> None:
@@ -102,7 +125,7 @@ def fast_codes_ok(plan) -> bool:
     of 8 bits or fewer)."""
     fmt, src = plan.fmt, plan.src
     src_ebits = 8 * src.udtype.itemsize - 1 - src.mant
-    return (fmt.code_dtype.itemsize == 1 and fmt.bits <= 8 and sys.byteorder == "little"
+    return (fmt.code_dtype.itemsize == 1 and fmt.bits <= 8
             and src_ebits + fmt.mantissa_bits >= 8)
 
 
@@ -111,33 +134,40 @@ def signed_float_codes(plan, y: np.ndarray, codes: np.ndarray, ubuf: np.ndarray,
     """:func:`ecosim.rounding_codes._code_kernel` (RTN, ``no_over``, ``defer``) of ``y`` into
     one-byte ``codes``, on the bits with their sign (see :func:`signed_float_rtn`).
 
-    The rounded bits shifted right by ``S - M`` are ``sign << (E_w + M) | E_w << M | m`` (``E_w``
-    the working exponent field, ``E_w`` bits wide); the byte keeps ``E_w << M | m`` modulo 256,
-    less the bias difference as there, and the sign comes from the top byte of each input
-    word (its bit 7), moved to bit ``E + M``. Inputs below the smallest normal are returned as
-    candidates ``(indices, inputs, None)`` (None when there are none). ``ubuf``, ``rbuf``:
-    scratch of ``y``'s size in the unsigned words.
+    With ``W`` the working dtype's exponent width, the rounded bits of a normal value less the
+    bias difference ``(bias_w - bias) << S`` (subtracted with the rounding's addend: the
+    exponent field exceeds it, so nothing borrows from the sign), shifted right by ``S - M``, are
+    ``sign << (W + M) | e << M | m`` with ``e << M | m`` the code's low ``E + M`` bits; the byte
+    keeps them (``W + M >= 8``: the sign falls outside) and the sign bit is added at bit
+    ``E + M``. Inputs below the smallest normal are returned as candidates
+    ``(indices, inputs, None)`` (None when there are none), as the code kernel's ``defer``
+    returns them. ``ubuf``, ``rbuf``: scratch of ``y``'s size in the unsigned words.
     """
     fmt, src = plan.fmt, plan.src
     U = src.udtype.type
     b = y.view(src.udtype)
     r = rbuf[:b.size]
-    add_rounding(plan, b, r, None, NUMPY_WORDS)
-    if plan.sh:
-        r >>= U(plan.sh)  # the truncation and the shift to the mantissa field at once
+    sh, width = plan.sh, 1 << (8 * src.udtype.itemsize)
+    bias_bits = ((src.bias - fmt.bias) << src.mant) % width  # subtracted modulo the width
+    if sh and fmt.ties == "even":  # add_rounding's ties-to-even addend, less the bias difference
+        np.right_shift(b, U(sh), out=r)
+        r &= U(1)  # the kept part's lowest bit
+        r += b
+        r += U(((1 << (sh - 1)) - 1 - bias_bits) % width)
+    else:
+        add_rounding(plan, b, r, None, NUMPY_WORDS)
+        r -= U(bias_bits)
+    if sh:
+        r >>= U(sh)  # the truncation and the shift to the mantissa field at once
     np.copyto(codes, r, casting="unsafe")  # modulo 256: the sign bit falls outside
-    codes -= np.uint8(((src.bias - fmt.bias) << fmt.mantissa_bits) % 256)
-    top = y.view(np.uint8)[src.udtype.itemsize - 1::src.udtype.itemsize]  # little-endian
-    sgn = np.bitwise_and(top, np.uint8(0x80))
-    if fmt.exponent_bits + fmt.mantissa_bits != 7:
-        sgn >>= np.uint8(7 - fmt.exponent_bits - fmt.mantissa_bits)
+    # the sign bit: 0/1 bytes times 2**(E + M) (a multiplication: NumPy has no vector 8-bit shift)
+    sgn = np.greater_equal(b, U(1 << (8 * src.udtype.itemsize - 1)),
+                           out=ubuf.view(np.uint8)[:b.size])
+    sgn *= np.uint8(1 << (fmt.exponent_bits + fmt.mantissa_bits))
     codes |= sgn
     t = np.left_shift(b, U(1), out=ubuf[:b.size])  # magnitude bits, doubled
-    lim = U(plan.minnorm << 1)
-    if not t.size or np.minimum.reduce(t) >= lim:
-        return None
-    idx = np.flatnonzero(t < lim)
-    return idx, y[idx], None
+    idx = np.flatnonzero(t < U(plan.minnorm << 1))
+    return (idx, y[idx], None) if idx.size else None
 
 
 def int_codes(plan, y: np.ndarray, codes: np.ndarray, cbuf: np.ndarray) -> None:
@@ -174,6 +204,7 @@ def rows_rtn(plan, X2: np.ndarray, s2: np.ndarray, out2: np.ndarray, i0: int, i1
     is_float = plan.fmt.is_float
     fast = no_over and fast_rtn_ok(plan)
     codes_out = pending is not None
+    small = []  # fast float values: inputs below the smallest normal, rounded at the end
     if codes_out and fast:
         fast = fast_codes_ok(plan) if is_float else plan.fmt.code_dtype.itemsize == 1
     for a in range(i0, i1, k):
@@ -201,10 +232,16 @@ def rows_rtn(plan, X2: np.ndarray, s2: np.ndarray, out2: np.ndarray, i0: int, i1
         if not fast:
             _kernel(plan, y, c, None, no_over=no_over)
         elif is_float:
-            signed_float_rtn(plan, y, c, ubuf)
+            p = signed_float_rtn(plan, y, c, ubuf, defer=True)
+            if p is not None:
+                small.append((p[0] + a * C, p[1]))
         else:
             int_rtn(y, c)
         np.multiply(c.reshape(xc.shape), sc, out=out2[a:b])
+    if small:  # the inputs below the smallest normal, rounded at once: s * code as above
+        idx = np.concatenate([p[0] for p in small])
+        vals = small_bits(plan, np.concatenate([p[1] for p in small])).view(out2.dtype)
+        out2.reshape(-1)[idx] = vals * s2.reshape(-1)[idx // C]
 
 
 def fused_rows(plan, X2: np.ndarray, s2: np.ndarray, scales_of, tiny, codes=None):
@@ -226,7 +263,7 @@ def fused_rows(plan, X2: np.ndarray, s2: np.ndarray, scales_of, tiny, codes=None
     bufs = (np.empty(m, dt), np.empty(m, dt), np.empty(m, plan.src.udtype), np.empty(m, dt))
     pending = None if codes is None else []
     out = np.empty((R, C), dt) if codes is None else codes
-    amax = np.empty((R, 1), dt)
+    amax, amin = np.empty((R, 1), dt), np.empty((R, 1), dt)
     if fmt.is_float:  # no |y| up to the value of bits plan.hi rounds past max
         hi = np.array(plan.hi, plan.src.udtype).view(dt)[()]
     else:  # no |y| below int_max + 1/2 (and -int_min + 1/2) rounds past the grid
@@ -234,7 +271,7 @@ def fused_rows(plan, X2: np.ndarray, s2: np.ndarray, scales_of, tiny, codes=None
     step = 8 * k
     for g0 in range(0, R, step):
         g1 = min(g0 + step, R)
-        row_absmax(X2, g0, g1, amax, bufs[2])
+        row_absmax(X2, g0, g1, amax, bufs[2], amin)
         am = amax[g0:g1]
         if not np.isfinite(am).all():
             return None

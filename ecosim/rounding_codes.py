@@ -67,8 +67,8 @@ def _float_code_kernel(plan: _Plan, x, codes, rbits, no_over: bool, defer: bool)
     codes -= C(((src.bias - fmt.bias) << fmt.mantissa_bits) % (1 << (8 * codes.itemsize)))
     if fmt.signed:
         sgn = np.greater(b, a).view(np.uint8)  # the sign bit
-        if C is np.uint8:
-            sgn <<= np.uint8(fmt.exponent_bits + fmt.mantissa_bits)
+        if C is np.uint8:  # 0/1 times 2**(E + M): NumPy has no vector 8-bit shift
+            sgn *= np.uint8(1 << (fmt.exponent_bits + fmt.mantissa_bits))
         else:
             sgn = sgn.astype(codes.dtype) << C(fmt.exponent_bits + fmt.mantissa_bits)
         codes |= sgn
