@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ecosim import experiments as E
-from ecosim.experiments.shared import SharedUnit
+from ecosim.experiments.shared import SharedUnit, provided_columns, split_provided
 from ecosim.experiments.store import results_bytes
 
 # -- two toy experiments sharing some units (module level: spawned workers import them) -------
@@ -49,10 +49,25 @@ def own_share(cfg: PairConfig, unit: dict) -> SharedUnit | None:
     return pair_share(cfg, unit) if unit["n"] % 2 else None
 
 
+def provider_compute(cfg: PairConfig, unit: dict) -> dict:
+    """An own unit that computes square_table(n + 1) on the way (and lies when scale < 0)."""
+    (s,) = provider_provides(cfg, unit)
+    on_the_way = square_table(**s.args)
+    if cfg.scale < 0:
+        on_the_way = {**on_the_way, "sq": on_the_way["sq"] + 1.0}
+    return {"twice": 2 * on_the_way["sq"]} | provided_columns([on_the_way])
+
+
+def provider_provides(cfg: PairConfig, unit: dict) -> list[SharedUnit]:
+    return [SharedUnit(square_table, {"n": unit["n"] + 1, "scale": abs(cfg.scale)})]
+
+
 A = E.Experiment(name="pair_a", config=PairConfig, compute=pair_compute, version="1",
                  units=pair_units, share=pair_share)
 B = E.Experiment(name="pair_b", config=PairConfig, compute=pair_compute, version="1",
                  units=pair_units, share=own_share)
+C = E.Experiment(name="pair_c", config=PairConfig, compute=provider_compute, version="1",
+                 units=pair_units, provides=provider_provides)
 
 
 class CountingExecutor(E.InlineExecutor):
@@ -126,6 +141,38 @@ def test_the_same_shared_unit_twice_in_one_experiment_is_computed_once(tmp_path)
     assert run["sq"].tolist() == [5.0, 5.0]
 
 
+def test_a_unit_provides_shared_units_computed_on_the_way(tmp_path):
+    # C's unit n computes square_table(n + 1) on the way: A's units 4 and 5 are served by C's
+    # units 3 and 4 although A comes first in job order; A's 3 is computed for A
+    ex = CountingExecutor()
+    a, c = E.run_many([(A, PairConfig(ns=(3, 4, 5))), (C, PairConfig(ns=(3, 4)))],
+                      cache=tmp_path, executor=ex)
+    assert ex.submitted == 3
+    assert (a.stats.computed, a.stats.shared, c.stats.computed, c.stats.shared) == (1, 2, 2, 0)
+    assert a["sq"].tolist() == [5.0, 14.0, 30.0] and c["twice"].tolist() == [28.0, 60.0]
+    assert sorted(c.results) == ["twice", "unit_n"]  # the provided columns are filed apart
+    entry = E.Cache(tmp_path).path(pair_share(PairConfig(), {"n": 5}))
+    assert entry.read_bytes() == results_bytes(square_table(5, 1.0))
+    doc = json.loads(entry.with_suffix(".json").read_text())
+    assert doc["provenance"]["asked_by"] == ["pair_c", "pair_a"]  # the computing one first
+    # a provider whose results differ from the cache's entry is refused, and caches nothing
+    before = _tree_bytes(tmp_path)
+    with pytest.raises(RuntimeError, match=r"experiment 'pair_c' unit \{'n': 4\}: its results "
+                       r"of SharedUnit\(.*square_table\(n=5, scale=1.0\)\) differ from the "
+                       r"cache's entry .*; not cached"):
+        E.run(C, PairConfig(ns=(4,), scale=-1.0), cache=tmp_path)
+    assert _tree_bytes(tmp_path) == before
+
+
+def test_split_provided():
+    own, parts = split_provided({"x": 1, "provides.0.sq": 2, "provides.1.sq": 3},
+                                provider_provides(PairConfig(), {"n": 1}) * 2)
+    assert own == {"x": 1} and list(parts.values()) == [{"sq": 3}]  # equal units: one entry
+    with pytest.raises(ValueError, match=r"expected provides.<k>.<column> results for k in "
+                       r"0..0, got indices \[\]"):
+        split_provided({"x": 1}, provider_provides(PairConfig(), {"n": 1}))
+
+
 def test_process_pool_gives_the_same_bytes(tmp_path):
     jobs = [(A, PairConfig(ns=(3, 4, 5))), (B, PairConfig(ns=(5, 6, 7)))]
     one = E.run_many(jobs, cache=tmp_path / "one")
@@ -196,3 +243,25 @@ def test_lm_and_dqt_lm_train_their_common_fp32_run_once(tmp_path):
     doc = json.loads(entry.with_suffix(".json").read_text())
     assert doc["provenance"]["asked_by"] == ["lm", "dqt_lm"]
     assert doc["shared"] == "shared.ecosim.experiments.lm.train_run"
+
+
+@pytest.mark.torch
+def test_lm_finetune_provides_the_lm_pretraining_run(tmp_path):
+    pytest.importorskip("torch")
+    from ecosim.experiments.store import as_results
+
+    lm, ft = E.get("lm"), E.get("lm_finetune")
+    c_ft = ft.default_config(smoke=True)
+    c_lm = lm.config(presets=(c_ft.preset,), methods=("bf16_master",), seeds=(1,),
+                     steps=(c_ft.pretrain_steps,), batch=c_ft.batch, seq=c_ft.seq,
+                     eval_every=c_ft.pretrain_eval_every, eval_batches=c_ft.eval_batches)
+    ex = CountingExecutor()
+    a, b = E.run_many([(lm, c_lm), (ft, c_ft)], cache=tmp_path, executor=ex)
+    assert ex.submitted == 1  # lm_finetune's unit; lm's run is its pretraining
+    assert (a.stats.computed, a.stats.shared, b.stats.computed) == (0, 1, 1)
+    assert a["val_loss"][0] == b["pretrain_val_loss"][0]
+    u = lm.unit_list(c_lm)[0]
+    assert lm.shared_unit(c_lm, u) == ft.provided(c_ft, ft.unit_list(c_ft)[0])[0]
+    # what the pretraining provided is what lm's own compute function returns, byte for byte
+    assert E.Cache(tmp_path).path(lm.shared_unit(c_lm, u)).read_bytes() == results_bytes(
+        as_results(lm.compute(c_lm, u)))

@@ -8,7 +8,9 @@ decay 0 and the learning rate annealed to zero, and reports zero-shot accuracies
 
 1. pretrain: the ``lm`` experiment's BF16-with-master run of the preset (same config, same
    seed: the unit of :mod:`ecosim.experiments.lm`, checkpointed into a temporary folder), on
-   the default corpus, the standard library's ``.py`` sources;
+   the default corpus, the standard library's ``.py`` sources; the unit provides its result
+   columns as that shared unit (:func:`pretraining`), so that a build of ``lm`` and
+   ``lm_finetune`` trains it once (3 runs of about 30 CPU-s);
 2. fine-tune: from that checkpoint (``LMConfig.init_from``: its bfloat16 weights; every
    INT4 method's initial write quantizes them, a master scheme keeps them as its FP32 master
    copy) each method of :attr:`LMFinetuneConfig.methods` trains on a different slice of the
@@ -38,9 +40,10 @@ import numpy as np
 
 from .. import recipes
 from .base import Config, ConfigError, at_least, distinct, experiment
-from .lm import combine_runs, method_parts, records_to_results, train_record
+from .lm import combine_runs, method_parts, records_to_results, train_record, train_run
+from .shared import SharedUnit, provided_columns
 
-__all__ = ["LMFinetuneConfig", "FINETUNE_METHODS", "BASE"]
+__all__ = ["LMFinetuneConfig", "FINETUNE_METHODS", "BASE", "pretraining"]
 
 #: Table 1's quantized rows with INT4 weights (``int4_master_rtn`` ... ``int4_eco_sr``)
 FINETUNE_METHODS = recipes.lm_methods("int4")
@@ -110,16 +113,27 @@ def _units(cfg: LMFinetuneConfig) -> list[dict]:
     return [{"seed": s} for s in range(cfg.seeds)]
 
 
+def pretraining(cfg: LMFinetuneConfig, unit: dict) -> list[SharedUnit]:
+    """The pretraining run of a unit (its seed), as the shared unit
+    :func:`~ecosim.experiments.lm.train_run` of its run config: the ``lm`` experiment's BF16
+    run of that seed at the default configs. The unit trains it (it needs its weights) and
+    provides its result columns, so a build of both trains it once."""
+    return [SharedUnit(train_run, {
+        "preset": cfg.preset, "method": _PRETRAIN, "seed": unit["seed"],
+        "steps": cfg.pretrain_steps, "batch": cfg.batch, "seq": cfg.seq,
+        "eval_every": cfg.pretrain_eval_every, "eval_batches": cfg.eval_batches})]
+
+
 @experiment("lm_finetune", LMFinetuneConfig, version="1", units=_units, combine=combine_runs,
-            requires=("torch",))
+            requires=("torch",), provides=pretraining)
 def lm_finetune(cfg: LMFinetuneConfig, unit: dict) -> dict:
     """Table 2 in miniature: pretrain with BF16 + master, fine-tune with INT4 weights."""
     seed = unit["seed"]
     shape = dict(preset=cfg.preset, seed=seed, batch=cfg.batch, seq=cfg.seq,
                  eval_batches=cfg.eval_batches)
+    (run,) = pretraining(cfg, unit)
     with tempfile.TemporaryDirectory(prefix="ecosim-lm-finetune-") as tmp:
-        pre = train_record("lm_finetune", method=_PRETRAIN, steps=cfg.pretrain_steps,
-                           eval_every=cfg.pretrain_eval_every, out=tmp, **shape)
+        pre = train_record("lm_finetune", out=tmp, **run.args)  # train_run's, checkpointed
         if pre["diverged"]:
             raise RuntimeError(f"lm_finetune: the pretraining run of seed {seed} diverged at "
                                f"step {pre['diverged_at_step']}; nothing to fine-tune")
@@ -134,4 +148,4 @@ def lm_finetune(cfg: LMFinetuneConfig, unit: dict) -> dict:
     out["start_val_loss"] = np.array([r["init"]["start_val_loss"] for r in records])
     out["pretrain_val_loss"] = np.full(n, float(pre["val_loss"]))
     out["pretrain_tokens"] = np.full(n, int(pre["tokens"]), dtype=np.int64)
-    return out
+    return out | provided_columns([records_to_results([pre])])

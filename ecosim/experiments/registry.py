@@ -63,6 +63,9 @@ class Experiment:
     #: ``(config, unit) -> SharedUnit | None``: the units computed as shared units (see
     #: :mod:`.shared`); ``compute(config, unit)`` must return what the shared unit returns
     share: Callable[[Any, Mapping[str, Any]], SharedUnit | None] | None = None
+    #: ``(config, unit) -> [SharedUnit, ...]``: the shared units a unit of its own computes on
+    #: the way and returns beside its results (see :mod:`.shared`)
+    provides: Callable[[Any, Mapping[str, Any]], Sequence[SharedUnit]] | None = None
 
     def missing(self) -> list[str]:
         """The packages of ``requires`` that are not installed."""
@@ -87,8 +90,9 @@ class Experiment:
             raise ValueError(f"experiment {self.name!r}: version must be a non-empty string")
         if self.combine is not None and self.units is None:
             raise ValueError(f"experiment {self.name!r}: combine= needs units=")
-        if self.share is not None and self.units is None:
-            raise ValueError(f"experiment {self.name!r}: share= needs units=")
+        for hook in ("share", "provides"):
+            if getattr(self, hook) is not None and self.units is None:
+                raise ValueError(f"experiment {self.name!r}: {hook}= needs units=")
 
     def default_config(self, *, smoke: bool = False) -> Config:
         """The default config, shrunk by :meth:`Config.smoke` when ``smoke``."""
@@ -124,6 +128,16 @@ class Experiment:
                             f"None, got {type(shared).__name__}")
         return shared
 
+    def provided(self, cfg: Config, unit: Mapping[str, Any] | None) -> tuple[SharedUnit, ...]:
+        """The shared units that computing ``unit`` provides (see :mod:`.shared`)."""
+        if self.provides is None or unit is None:
+            return ()
+        out = tuple(self.provides(cfg, dict(unit)))
+        if not all(isinstance(s, SharedUnit) for s in out):
+            raise TypeError(f"experiment {self.name!r}: provides() must return SharedUnits, "
+                            f"got {[type(s).__name__ for s in out]}")
+        return out
+
     def digest(self, cfg: Config, unit: Mapping[str, Any] | None = None) -> str:
         """SHA-256 (hex) of (cache format, name, version, resolved config, unit, code)."""
         return hashlib.sha256(_canonical(self.key_doc(cfg, unit)).encode()).hexdigest()
@@ -151,7 +165,8 @@ _REGISTRY: Registry[Experiment] = Registry("experiment")
 
 
 def experiment(name: str, config: type, *, version: str, units=None, combine=None,
-               description: str | None = None, requires: Sequence[str] = (), share=None):
+               description: str | None = None, requires: Sequence[str] = (), share=None,
+               provides=None):
     """Register ``compute`` as experiment ``name`` (decorator); returns the function unchanged.
 
     Args:
@@ -168,12 +183,15 @@ def experiment(name: str, config: type, *, version: str, units=None, combine=Non
         share: optional ``(config, unit) -> SharedUnit | None`` (needs ``units``): the units
             that are a computation other experiments may ask for too, cached under a key of
             their own (:mod:`.shared`) and computed once per build.
+        provides: optional ``(config, unit) -> [SharedUnit, ...]`` (needs ``units``): the
+            shared units a unit computes on the way, returned beside its results.
     """
     def register(compute):
         doc = description if description is not None else (compute.__doc__ or "").strip()
         exp = Experiment(name=name, config=config, compute=compute, version=version,
                          units=units, combine=combine, description=doc.splitlines()[0] if doc
-                         else "", requires=tuple(requires), share=share)
+                         else "", requires=tuple(requires), share=share,
+                         provides=provides)
         _REGISTRY.register(name, exp)
         return compute
     return register

@@ -16,7 +16,8 @@ A unit that several experiments ask for (a :class:`~.shared.SharedUnit`: the sam
 arguments, whose key names that computation and not the experiment) is submitted once per
 :func:`run_many`, for the first experiment in job order that asks; its result is served to
 the others (counted as ``shared`` in their :class:`RunStats`), and its cache entry records
-every experiment that asked.
+every experiment that asked. A unit that provides shared units (``provides=``) serves them
+in the same way, computed once with it.
 """
 from __future__ import annotations
 
@@ -33,9 +34,11 @@ from typing import Any
 import numpy as np
 
 from . import provenance as _provenance
+from . import shared as _shared
 from .config import Config
 from .registry import Experiment, _canonical, get
-from .store import Cache, Results, as_results
+from .shared import SharedUnit
+from .store import Cache, Results, as_results, results_bytes
 
 __all__ = ["DaskExecutor", "InlineExecutor", "Run", "RunStats", "executor_workers",
            "make_executor", "parse_executor", "run", "run_many", "stack_units"]
@@ -448,7 +451,9 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                                                 "end": None, "provenance": prov,
                                                 "entries": entries}))
         todo += [(p, i) for i, r in enumerate(found) if r is None]
-    served = _serve_shared(plans, todo)
+    served = _shared.schedule([((p, i), _shared_of(plans[p][4]["entries"][i][0]),
+                                plans[p][0].provided(plans[p][1], plans[p][2][i]))
+                               for p, i in todo])
 
     bars = _bars(plans, todo, progress)
     try:
@@ -495,16 +500,21 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                         f"code or packages than its cache key says ({'; '.join(diff)}); not "
                         "cached: run workers on this ecosim revision in the same locked "
                         "environment")
-                results = as_results(results, f"experiment {exp.name!r}{unit}")
+                where = f"experiment {exp.name!r}{unit}"
+                own, provided = _shared.split_provided(results, exp.provided(cfg, units[i]))
+                own = as_results(own, where)
+                by = {entry[0]: own} | {s: as_results(r, where) for s, r in provided.items()}
                 askers = [(p, i)] + served[(p, i)]
-                if entry[0] is exp:
-                    cache.save(*entry, results)
-                else:  # the entry records every experiment that asked, the first computed it
-                    names = dict.fromkeys(plans[q][0].name for q, _ in askers)
-                    cache.save(*entry, results, asked_by=tuple(names))
+                for what, res in by.items():  # nothing is cached when one of them conflicts
+                    _check_entry(cache, what, res, where)
+                for what, res in by.items():  # an entry records every experiment that asked
+                    names = (exp.name,) + tuple(plans[q][0].name for q, j in askers
+                                                if plans[q][4]["entries"][j][0] == what)
+                    _save(cache, what, cfg, units[i], res, tuple(dict.fromkeys(names)))
                 for q, j in askers:
-                    plans[q][3][j] = results
-                    plans[q][4]["provenance"][j] = cache.provenance(*entry)
+                    what = plans[q][4]["entries"][j][0]
+                    plans[q][3][j] = by[what]
+                    plans[q][4]["provenance"][j] = cache.provenance(*plans[q][4]["entries"][j])
                     if bars.get(q) is not None:
                         bars[q].update(1)
                 acc["compute_s"] += seconds
@@ -537,21 +547,25 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
     return out
 
 
-def _serve_shared(plans, todo) -> dict[tuple[int, int], list[tuple[int, int]]]:
-    """The units to submit, each with the units served by its result: a shared unit asked for
-    by several units (of one experiment or several) is computed for the first of them in job
-    order, and its result is served to the others."""
-    served: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    first: dict[Any, tuple[int, int]] = {}
-    for p, i in todo:
-        what = plans[p][4]["entries"][i][0]
-        if what is not plans[p][0]:  # a SharedUnit: equal ones are the same computation
-            if what in first:
-                served[first[what]].append((p, i))
-                continue
-            first[what] = (p, i)
-        served[(p, i)] = []
-    return served
+def _shared_of(what):
+    return what if isinstance(what, SharedUnit) else None
+
+
+def _check_entry(cache: Cache, what, results: Results, where: str) -> None:
+    """A shared unit's results that the cache holds already must be the same bytes."""
+    old = cache.load(what) if isinstance(what, SharedUnit) else None
+    if old is not None and results_bytes(old) != results_bytes(results):
+        raise RuntimeError(f"{where}: its results of {what!r} differ from the cache's entry "
+                           f"{cache.path(what)}; not cached")
+
+
+def _save(cache: Cache, what, cfg, unit, results: Results, asked_by: tuple) -> None:
+    """File a computed unit's results under its experiment's key or a shared unit's (an entry
+    the cache holds already is kept, with the provenance of the unit that computed it)."""
+    if not isinstance(what, SharedUnit):
+        cache.save(what, cfg, unit, results)
+    elif not cache.path(what).exists():
+        cache.save(what, None, None, results, asked_by=asked_by)
 
 
 def _bars(plans, todo, progress) -> dict:
