@@ -19,9 +19,9 @@ from typing import ClassVar
 import numpy as np
 
 from .. import theory
-from .base import (Config, at_least, distinct, experiment, interval, non_negative, nonempty,
-                   one_of, positive, stack_units)
-from .floor import check_stable, simulate_floor
+from .base import (at_least, distinct, experiment, interval, non_negative, nonempty, one_of,
+                   positive, stack_units)
+from .floor import FloorRun, check_stable, simulate_floor
 from .floor_additive import simulate_additive
 
 __all__ = ["BetaFactorConfig", "exact_ratio"]
@@ -36,7 +36,7 @@ def exact_ratio(L, lr, beta):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BetaFactorConfig(Config):
+class BetaFactorConfig(FloorRun):
     """eco/master floor ratio against beta: simulation vs 1/(1-beta^2) and the exact ratio.
 
     ``kinds`` are crossed with every (beta, lr), except that ``"e4m3"`` runs only at the
@@ -47,9 +47,6 @@ class BetaFactorConfig(Config):
     lrs: tuple[float, ...] = (0.01, 0.1)
     kinds: tuple[str, ...] = _KINDS
     L: float = 1.0
-    d: int = 1000
-    step: float = 2.0**-6
-    horizon: float = 40.0
     min_steps: int = 3000      # beta = 0.98 relaxes in ~1/(1 - sqrt(beta)) = 100 steps
     curve_points: int = 200
     key: int = 0
@@ -57,8 +54,7 @@ class BetaFactorConfig(Config):
                              "min_steps": 300, "curve_points": 40}
     CHECKS: ClassVar[dict] = {
         "betas": (nonempty, distinct, interval("(0, 1)")), "lrs": (nonempty, distinct, positive),
-        "kinds": (nonempty, distinct, one_of(_KINDS)), "L": positive, "d": at_least(1),
-        "step": positive, "horizon": positive, "min_steps": at_least(1),
+        "kinds": (nonempty, distinct, one_of(_KINDS)), "L": positive,
         "curve_points": at_least(2), "key": non_negative}
 
     def __post_init__(self):

@@ -29,7 +29,8 @@ from ..train import train
 from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
                    nonempty, one_of, positive)
 
-__all__ = ["FloorConfig", "simulate_floor", "quantizer_for", "check_stable"]
+__all__ = ["FloorConfig", "FloorRun", "QuadraticSetup", "simulate_floor", "quantizer_for",
+           "check_stable"]
 
 
 def quantizer_for(grid: str, mode: str, step: float, *, nbits: int = 32,
@@ -112,6 +113,26 @@ def simulate_floor(scheme: str, lr: float, beta: float, *, mode: str = "sr", d: 
             "closed_form": closed, "lyapunov": lyap, "steps": steps}
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class QuadraticSetup(Config):
+    """The quadratic the quantized-write experiments run on: dimension ``d`` and the ``step``
+    of the uniform grid the writes round to (their configs derive from this)."""
+
+    d: int = 1000
+    step: float = 2.0**-6
+    CHECKS: ClassVar[dict] = {"d": at_least(1), "step": positive}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FloorRun(QuadraticSetup):
+    """:class:`QuadraticSetup` with the length of a :func:`simulate_floor` run: ``horizon``
+    relaxation times, at least ``min_steps`` steps."""
+
+    horizon: float = 40.0
+    min_steps: int = 2000
+    CHECKS: ClassVar[dict] = {"horizon": positive, "min_steps": at_least(1)}
+
+
 def check_stable(cfg: Config, lr: float, betas, L: float = 1.0) -> None:
     """Raise :class:`ConfigError` (naming ``cfg``'s class) unless heavy-ball momentum at rate
     ``lr`` is stable on a quadratic of curvature ``L`` at every ``beta`` of ``betas``
@@ -125,7 +146,7 @@ def check_stable(cfg: Config, lr: float, betas, L: float = 1.0) -> None:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FloorConfig(Config):
+class FloorConfig(FloorRun):
     """Noise floor vs learning rate: master, naive, eco under SR and RTN, uniform and FP8."""
 
     lrs: tuple[float, ...] = (0.3, 0.1, 0.03, 0.01, 0.003)
@@ -133,10 +154,6 @@ class FloorConfig(Config):
     schemes: tuple[str, ...] = ("master", "naive", "eco")
     modes: tuple[str, ...] = ("sr", "rtn")
     grids: tuple[str, ...] = ("uniform", "e4m3")
-    d: int = 1000
-    horizon: float = 40.0
-    min_steps: int = 2000
-    step: float = 2.0**-6
     key: int = 0
     SMOKE: ClassVar[dict] = {"lrs": (0.3, 0.03), "betas": (0.9,), "d": 64, "horizon": 8.0,
                              "min_steps": 200, "grids": ("uniform",)}
@@ -144,8 +161,7 @@ class FloorConfig(Config):
         "lrs": (nonempty, distinct, positive), "betas": (nonempty, distinct, interval("(0, 1)")),
         "schemes": (nonempty, distinct, one_of(SCHEMES)),
         "modes": (nonempty, distinct, one_of("sr", "rtn")),
-        "grids": (nonempty, distinct, one_of("uniform", "e4m3")), "d": at_least(1),
-        "horizon": positive, "min_steps": at_least(1), "step": positive, "key": non_negative}
+        "grids": (nonempty, distinct, one_of("uniform", "e4m3")), "key": non_negative}
 
     def __post_init__(self):
         super().__post_init__()

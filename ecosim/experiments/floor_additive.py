@@ -21,9 +21,9 @@ from typing import ClassVar
 import numpy as np
 
 from .. import rng, theory
-from .base import (Config, at_least, distinct, experiment, interval, non_negative, nonempty,
-                   one_of, positive, stack_units)
-from .floor import check_stable
+from .base import (at_least, distinct, experiment, interval, non_negative, nonempty, one_of,
+                   positive, stack_units)
+from .floor import FloorRun, check_stable
 
 __all__ = ["FloorAdditiveConfig", "simulate_additive", "batch_means"]
 
@@ -113,25 +113,21 @@ def simulate_additive(scheme: str, lr: float, beta: float, *, sigma2: float, d: 
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FloorAdditiveConfig(Config):
-    """Additive-noise floors beside real SR (figure 2); defaults match ``floor``'s."""
+class FloorAdditiveConfig(FloorRun):
+    """Additive-noise floors beside real SR (figure 2); defaults match ``floor``'s (the noise
+    variance is that of SR onto the grid of ``step``: :attr:`sigma2`)."""
 
     lrs: tuple[float, ...] = (0.3, 0.1, 0.03, 0.01, 0.003)
     betas: tuple[float, ...] = (0.5, 0.9)
     schemes: tuple[str, ...] = _SCHEMES
-    step: float = 2.0**-6        # sigma2 = step**2 / 6 (SR at a uniformly random position)
     L: float = 1.0
-    d: int = 1000
-    horizon: float = 40.0
-    min_steps: int = 2000
     curve_points: int = 121      # learning rates of the theory curves (log-spaced)
     key: int = 0
     SMOKE: ClassVar[dict] = {"lrs": (0.3, 0.03), "betas": (0.9,), "d": 64, "horizon": 8.0,
                              "min_steps": 200, "curve_points": 25}
     CHECKS: ClassVar[dict] = {
         "lrs": (nonempty, distinct, positive), "betas": (nonempty, distinct, interval("(0, 1)")),
-        "schemes": (nonempty, distinct, one_of(_SCHEMES)), "step": positive, "L": positive,
-        "d": at_least(1), "horizon": positive, "min_steps": at_least(1),
+        "schemes": (nonempty, distinct, one_of(_SCHEMES)), "L": positive,
         "curve_points": at_least(2), "key": non_negative}
 
     def __post_init__(self):

@@ -23,9 +23,9 @@ from .. import rng, theory
 from ..optim import sgdm, warmup_cosine
 from ..problems import Quadratic
 from ..train import train
-from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
+from .base import (ConfigError, at_least, distinct, experiment, interval, non_negative,
                    nonempty, one_of, positive)
-from .floor import check_stable, quantizer_for
+from .floor import QuadraticSetup, check_stable, quantizer_for
 
 __all__ = ["NaiveDecayConfig", "window_means"]
 
@@ -45,7 +45,7 @@ def _ratio(a, b):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class NaiveDecayConfig(Config):
+class NaiveDecayConfig(QuadraticSetup):
     """master / naive / eco (SR and RTN, with and without gradient noise) under warmup+cosine."""
 
     steps: int = 6000
@@ -55,8 +55,6 @@ class NaiveDecayConfig(Config):
     modes: tuple[str, ...] = ("sr", "rtn")
     grad_noises: tuple[float, ...] = (0.0, 0.01)
     L: float = 1.0
-    d: int = 1000
-    step: float = 2.0**-6
     bins: int = 120
     key: int = 0
     SMOKE: ClassVar[dict] = {"steps": 600, "d": 64, "bins": 30}
@@ -64,8 +62,8 @@ class NaiveDecayConfig(Config):
         "steps": at_least(1), "peak_lr": positive, "beta": interval("(0, 1)"),
         "schemes": (nonempty, distinct, one_of(_SCHEMES)),
         "modes": (nonempty, distinct, one_of("sr", "rtn")),
-        "grad_noises": (nonempty, distinct, non_negative), "L": positive, "d": at_least(1),
-        "step": positive, "bins": at_least(1), "key": non_negative}
+        "grad_noises": (nonempty, distinct, non_negative), "L": positive,
+        "bins": at_least(1), "key": non_negative}
 
     def __post_init__(self):
         super().__post_init__()

@@ -31,7 +31,7 @@ from ..optim import adamw
 from ..quantizer import Quantizer
 from ..rounding import SR_RULES
 from .base import at_least, distinct, experiment, interval, nonempty, one_of, positive
-from .floor import simulate_floor
+from .floor import FloorRun, simulate_floor
 from .mlp_methods import make_problem, run_training
 from .mlp_recipe import MLPRecipe
 
@@ -39,19 +39,15 @@ __all__ = ["SRBitsConfig"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SRBitsConfig(MLPRecipe):
+class SRBitsConfig(MLPRecipe, FloorRun):
     """Few-bit SR under both count rules, on the quadratic and the MLP (module docstring)."""
 
     nbits: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
     rules: tuple[str, ...] = SR_RULES
-    # quadratic
+    # quadratic (its d, step, horizon and min_steps are FloorRun's)
     quad_schemes: tuple[str, ...] = ("master", "naive", "eco")
     quad_lrs: tuple[float, ...] = (0.1, 0.01)
     beta: float = 0.9
-    d: int = 1000
-    step: float = 2.0**-6
-    horizon: float = 40.0
-    min_steps: int = 2000
     # MLP (the rest of the recipe is MLPRecipe's)
     mlp_schemes: tuple[str, ...] = ("naive", "eco")
     mlp_nbits: tuple[int, ...] = (1, 2, 4, 8)
@@ -66,8 +62,7 @@ class SRBitsConfig(MLPRecipe):
         "nbits": (nonempty, distinct, interval("[1, 31]")),
         "rules": (nonempty, distinct, one_of(SR_RULES)),
         "quad_schemes": (distinct, one_of(("master", "naive", "eco", "eco_exact", "kahan"))),
-        "quad_lrs": (distinct, positive), "beta": interval("(0, 1)"), "d": at_least(1),
-        "step": positive, "horizon": positive, "min_steps": at_least(1),
+        "quad_lrs": (distinct, positive), "beta": interval("(0, 1)"),
         "mlp_schemes": (distinct, one_of(("master", "naive", "eco"))),
         "mlp_nbits": (distinct, interval("[1, 31]")), "width": at_least(1),
         "depth": at_least(1), "lr": positive, "log_every": at_least(1)}
