@@ -10,6 +10,7 @@ value with its bits. With this shim the shared rules give NumPy's bits on any de
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 __all__ = ["TorchWords", "TORCH_WORDS", "signed_word"]
@@ -19,6 +20,9 @@ def signed_word(v: int, bits: int = 32) -> int:
     """The signed ``bits``-bit integer with the low ``bits`` bits of ``v`` (two's complement)."""
     v &= (1 << bits) - 1
     return v - (1 << bits) if v >> (bits - 1) else v
+
+
+_UNSIGNED = {torch.int32: np.uint32, torch.int64: np.uint64}
 
 
 def _width(x: torch.Tensor) -> int:
@@ -52,6 +56,13 @@ class TorchWords:
 
     @staticmethod
     def field(words: torch.Tensor, lo: int, n: int, out: torch.Tensor) -> None:
+        if words.dtype == out.dtype and out.device.type == "cpu" and lo:
+            # NumPy's logical shift of the same memory as unsigned words: no mask pass after
+            ut = _UNSIGNED[out.dtype]
+            np.right_shift(words.numpy().view(ut), ut(lo), out=out.numpy().view(ut))
+            if lo + n < _width(out):
+                out &= (1 << n) - 1
+            return
         if words.dtype == out.dtype:
             torch.bitwise_right_shift(words, lo, out=out)
             if lo + n < _width(out) or lo:

@@ -16,6 +16,11 @@ output equals the NumPy quantizer's bit for bit:
   half types (the exact float64 product rounded once onto the half grid) and NumPy's NaN
   propagation (the code's NaN, not the device's).
 
+On the CPU a float32 or float64 tensor of more than one chunk whose codes cannot be NaN is
+divided, rounded and multiplied back chunk by chunk of whole rows (:func:`quantize_scaled`):
+the same float operations on each element, so the same bits, without a full-size ``x / s``;
+the blocks' ``amax / s`` bound the scaled values, so RTN needs no overflow test.
+
 Codes are written as integers and reinterpreted, never produced by torch's float8 casts (which
 saturate E4M3 overflow to 448 where ml_dtypes gives NaN).
 """
@@ -34,8 +39,9 @@ from ..formats import Format, get
 from ..rounding import SRC_F32 as _F32
 from ..rounding import SRC_F64 as _F64
 from .numerics import _div, _numpy_mean
-from .rng import chunk_size
-from .rounding import _as_tensor, from_work_bits, pow2_bits, quantize, to_work_bits
+from .rng import bits_chunk_size, chunk_size
+from .rounding import (_as_tensor, _run_chunks, _setup, from_work_bits, pow2_bits, quantize,
+                       to_work_bits)
 
 __all__ = ["Quantizer", "Encoded"]
 
@@ -127,9 +133,13 @@ class Quantizer(_np_quantizer.QuantizerConfig):
         return tuple(1 if i in axes else d for i, d in enumerate(xb.shape))
 
     def _scales(self, xb: torch.Tensor, axes: tuple) -> torch.Tensor:
+        return self._scales_amax(xb, axes)[0]
+
+    def _scales_amax(self, xb: torch.Tensor, axes: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        """The scales and the blocks' absmax (None for fixed scales)."""
         dt = self._scales_dtype(xb)
         if self.fixed:
-            return torch.full((1,) * xb.ndim, self.scale, dtype=dt, device=xb.device)
+            return torch.full((1,) * xb.ndim, self.scale, dtype=dt, device=xb.device), None
         xd = xb.to(dt)
         if xd.numel() == 0:
             amax = xd.new_zeros(self._scale_shape(xb, axes))
@@ -156,7 +166,7 @@ class Quantizer(_np_quantizer.QuantizerConfig):
                 s = torch.maximum(_div(amax, self.rho), tiny)  # rho rounded to dt, as NumPy's
             else:
                 s = self._pow2(amax)
-        return torch.where(amax == 0, one, s)  # a block of zeros: s = 1
+        return torch.where(amax == 0, one, s), amax  # a block of zeros: s = 1
 
     def _pow2(self, amax: torch.Tensor) -> torch.Tensor:
         """Power-of-two scales from exponent bits (NumPy: frexp/ldexp), clamped to E8M0's range."""
@@ -175,11 +185,16 @@ class Quantizer(_np_quantizer.QuantizerConfig):
         return (bits if src is _F64 else bits.to(torch.int32)).view(amax.dtype)
 
     # -- the quantizer ------------------------------------------------------------------------
-    def _codes(self, x, key, rbits, scales=None):
+    def _codes(self, x, key, rbits, scales=None, dequantize=False):
+        """``(x, codes, scales)``. ``dequantize``: where the fused path applies (a float32 or
+        float64 CPU tensor of more than one chunk whose codes cannot be NaN), the codes come back already multiplied
+        by their scales (:func:`~ecosim.torch.rounding.quantize_scaled`) and the scales as None.
+        """
         x = _check_float(x)
         xb, axes = self._blocked(x)
+        amax = None
         if scales is None:
-            s = self._scales(xb, axes)
+            s, amax = self._scales_amax(xb, axes)
         else:
             s = _as_float_tensor(scales).to(device=xb.device, dtype=self._scales_dtype(xb))
             want = self._scale_shape(xb, axes)
@@ -188,23 +203,27 @@ class Quantizer(_np_quantizer.QuantizerConfig):
                                  f"{tuple(s.shape)}")
             if not bool((torch.isfinite(s) & (s > 0)).all()):
                 raise ValueError("scales must be positive and finite")
-        # Half inputs are scaled in float32, widened through their bits: torch's own cast
-        # turns every float16 NaN into 0x7FFFFFFF, NumPy keeps sign and payload.
-        xw = xb if xb.dtype == s.dtype else to_work_bits(xb).view(torch.float32).reshape(xb.shape)
-        y = xw.to(s.dtype) / s
         rb = None
         if rbits is not None:
             rb = rbits if isinstance(rbits, torch.Tensor) else torch.from_numpy(
                 np.ascontiguousarray(native(np.asarray(rbits))))
             rb = rb.reshape(xb.shape)
         if self.mode == "sr":
-            c = quantize(y, self.fmt, "sr", rbits=rb, key=key, nbits=self.nbits,
-                         saturate=self.saturate, sr_rule=self.sr_rule)
+            kw = dict(rbits=rb, key=key, nbits=self.nbits, saturate=self.saturate,
+                      sr_rule=self.sr_rule)
+        elif key is not None or rbits is not None:
+            raise ValueError("key/rbits are for mode='sr'")
         else:
-            if key is not None or rbits is not None:
-                raise ValueError("key/rbits are for mode='sr'")
-            c = quantize(y, self.fmt, "rtn", saturate=self.saturate)
-        return x, c, s
+            kw = dict(saturate=self.saturate)
+        if (dequantize and xb.dtype == s.dtype and xb.device.type == "cpu"
+                and not self._may_nan and xb.numel() > bits_chunk_size(xb.device, 0)):
+            # |x| <= amax, so no |x / s| exceeds the block's amax / s (division is monotone)
+            bound = (amax / s).max() if amax is not None and amax.numel() else None
+            return x, quantize_scaled(xb, s, self.fmt, self.mode, bound=bound, **kw), None
+        # Half inputs are scaled in float32, widened through their bits: torch's own cast
+        # turns every float16 NaN into 0x7FFFFFFF, NumPy keeps sign and payload.
+        xw = xb if xb.dtype == s.dtype else to_work_bits(xb).view(torch.float32).reshape(xb.shape)
+        return x, quantize(xw.to(s.dtype) / s, self.fmt, self.mode, **kw), s
 
     @property
     def _may_nan(self) -> bool:
@@ -221,7 +240,9 @@ class Quantizer(_np_quantizer.QuantizerConfig):
             scales: use these scales (e.g. ``q.scales(previous_weights)``) instead of
                 computing them from ``x``; shaped as :meth:`scales` returns them.
         """
-        x, c, s = self._codes(x, key, rbits, scales)
+        x, c, s = self._codes(x, key, rbits, scales, dequantize=True)
+        if s is None:
+            return c.reshape(x.shape)
         if x.dtype == c.dtype and x.dtype in (torch.float32, torch.float64) and not self._may_nan:
             return c.mul_(s).reshape(x.shape)  # the codes are ours: no second full-size buffer
         return _dequantize(c, s, x.dtype, self._may_nan).reshape(x.shape)
@@ -268,6 +289,29 @@ class Quantizer(_np_quantizer.QuantizerConfig):
         blocked_shape = self._blocked(torch.empty(enc.shape, dtype=torch.bool, device="meta"))[0]
         c = vals.reshape(blocked_shape.shape)
         return _dequantize(c, s, enc.dtype, True).reshape(enc.shape)
+
+
+def quantize_scaled(x: torch.Tensor, s: torch.Tensor, fmt: Format | str, mode: str = "rtn", *,
+                    rbits=None, nbits: int = 32, key=None, saturate: bool = True,
+                    sr_rule: str = "floor", bound=None) -> torch.Tensor:
+    """``quantize(x / s, ...) * s`` bit for bit, for a float32 or float64 CPU tensor ``x`` and
+    scales ``s`` of its dtype that broadcast against it (``s.shape[0]`` is 1 or
+    ``x.shape[0]``), chunk by chunk: each chunk of rows is divided, rounded and multiplied
+    while in cache, with no full-size ``x / s``. ``bound``: a float no ``|x / s|`` exceeds (the
+    largest ``amax / s`` of the blocks), which lets RTN skip the overflow test when it is small.
+    """
+    x, plan, bits_src = _setup(x, fmt, mode, rbits, nbits, key, saturate, sr_rule)
+    out = torch.empty(x.numel(), dtype=torch.int64 if x.dtype == torch.float64 else torch.int32)
+    bounded = bound is not None and float(bound) <= _value_of(plan, plan.hi)
+    if s.numel() == 1 or x.ndim == 0:
+        x, s = x.reshape(-1), s.reshape(1)
+    _run_chunks(plan, None, out, bits_src, (x, s, bounded))
+    return out.view(x.dtype).reshape(x.shape)
+
+
+def _value_of(plan, bits: int) -> float:
+    """The value of the working float of ``plan`` with the bits ``bits``."""
+    return float(np.array(bits, plan.src.udtype).view(plan.src.dtype))
 
 
 # -- helpers -----------------------------------------------------------------------------------

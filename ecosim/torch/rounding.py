@@ -8,8 +8,9 @@ point count and is rounded with integer shifts. The plan constants (bit patterns
 the smallest normal) come from the NumPy module itself, so both backends use one set of
 numbers.
 
-Integers, not floats, do the work. The float32 kernel runs in int32 and the float64 one in
-int64, with no overflow anywhere: the magnitude is clamped at the inf pattern before a carry
+Integers, not floats, do the work, but for the two CPU fast paths named below, which are
+taken only where a flush-to-zero mode cannot change their result either. The float32 kernel
+runs in int32 and the float64 one in int64, with no overflow anywhere: the magnitude is clamped at the inf pattern before a carry
 is added (``0x7F800000 + (2**23 - 1)`` still fits in int32; a NaN input becomes inf there and
 is restored from its original bits afterwards). The part below the smallest normal works in
 int64 on integer significands, so neither power-of-two scaling of subnormals nor a
@@ -20,12 +21,18 @@ signs), and plain casts only where they are exact.
 Performance: on the CPU the kernel runs on chunks of ``2**18`` elements (torch's per-op
 overhead of microseconds dominates smaller ones); elsewhere the whole tensor is one chunk. A
 chunk whose magnitudes cannot round past the format's max (no NaN, inf or overflow: the
-common case, scaled blocks included) adds the rounding carry to the bits with their sign and truncates, five in-place int32
-ops for RTN, skipping the overflow, sign and NaN passes; other chunks take the general path.
-Random bits for ``key=``: element ``i`` (C order) uses counter ``counter + i``, exactly as in
-NumPy; float32 work takes them as int32 words, on the CPU from NumPy's own generator
-(:func:`ecosim.rng.fill_bits`, writing into the tensor's memory: the same words at a fraction
-of the per-call overhead of torch ops), elsewhere from :mod:`ecosim.torch.rng`.
+common case, scaled blocks included) skips the overflow, sign and NaN passes: SR adds the
+carry to the bits with their sign and truncates; RTN on the CPU, for formats with a uniform
+subnormal step well above float32's (or float64's) smallest normal, rounds by one float
+addition of a power of two whose unit in the last place is the grid step (:func:`_round_by_add`:
+exact, and with no separate pass for the inputs below the format's smallest normal). Other
+chunks take the general path. SR's few inputs below the smallest normal are gathered and, on
+the CPU, rounded by exact power-of-two scaling and integer carries
+(:func:`_small_sr_by_scaling`). Random bits for ``key=``: element ``i`` (C order) uses counter
+``counter + i``, exactly as in NumPy; float32 work takes them as int32 words, on the CPU from
+NumPy's own generator (:func:`ecosim.rng.fill_bits`, writing into the tensor's memory: the same
+words at a fraction of the per-call overhead of torch ops), elsewhere from
+:mod:`ecosim.torch.rng`.
 """
 
 from __future__ import annotations
@@ -95,6 +102,15 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
         >>> quantize(torch.tensor([1.0625, 1.1875, 500.0]), "e4m3")
         tensor([  1.0000,   1.2500, 448.0000])
     """
+    x, plan, bits_src = _setup(x, fmt, mode, rbits, nbits, key, saturate, sr_rule)
+    b = to_work_bits(x)
+    out = torch.empty_like(b)
+    _run_chunks(plan, b, out, bits_src)
+    return from_work_bits(out, x.dtype).reshape(x.shape)
+
+
+def _setup(x, fmt, mode, rbits, nbits, key, saturate, sr_rule):
+    """quantize's checks of its arguments: ``(x as a tensor, plan, source of random bits)``."""
     fmt = get(fmt)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -123,10 +139,7 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
         bits_src = _random_source(x, rbits, key)
     elif rbits is not None or key is not None:
         raise ValueError("rbits and key are for mode='sr'")
-    b = to_work_bits(x)
-    out = torch.empty_like(b)
-    _run_chunks(plan, b, out, bits_src)
-    return from_work_bits(out, x.dtype).reshape(x.shape)
+    return x, plan, bits_src
 
 
 def _as_tensor(x) -> torch.Tensor:
@@ -168,30 +181,48 @@ def _random_source(x: torch.Tensor, rbits, key):
     return ("key", *seed_and_counter(key))
 
 
-def _run_chunks(plan: _Plan, b: torch.Tensor, out: torch.Tensor, bits_src) -> None:
+def _run_chunks(plan: _Plan, b, out: torch.Tensor, bits_src, scaled=None) -> None:
     """Round chunk by chunk; inputs below the smallest normal are gathered and done at once.
 
     The few elements below the smallest normal take many small integer ops: doing them once for
-    the whole tensor, not once per chunk, keeps per-op overhead off the CPU path.
+    the whole tensor, not once per chunk, keeps per-op overhead off the CPU path. ``scaled``:
+    ``(x, s, bounded)`` of :func:`quantize_scaled` instead of the bits ``b``: chunks of whole
+    rows of ``x`` are divided by their scales into a buffer, rounded (small inputs included)
+    and multiplied back in ``out``.
     """
-    n = b.numel()
-    step = trng.bits_chunk_size(b.device, n)
+    n = out.numel()
+    step = trng.bits_chunk_size(out.device, n)
+    bounded = False
+    if scaled is not None:
+        x, s, bounded = scaled
+        inner = n // x.shape[0] if n else 1
+        step = max(1, step // inner) * inner
+        ybuf = torch.empty((min(n, step) // inner,) + tuple(x.shape[1:]), dtype=x.dtype)
+        ybits, outf = ybuf.view(-1).view(out.dtype), out.view(x.dtype).view(x.shape)
     m = min(n, step)
     keyed = bits_src is not None and bits_src[0] == "key"
     narrow = plan.src.mant != 52  # int32 working bits
-    cpu_words = keyed and narrow and b.device.type == "cpu"
+    cpu_words = keyed and narrow and out.device.type == "cpu"
     buf = work = None
     if keyed:
         # int32 words for float32 work (NumPy's generator on the CPU, torch's mixer elsewhere);
         # int64 values in [0, 2**32) for float64 work
-        buf = torch.empty(m, dtype=torch.int32, device=b.device)
-        work = None if cpu_words else trng.make_work(b.device, m)
-        wide_bits = None if narrow else torch.empty(m, dtype=torch.int64, device=b.device)
+        buf = torch.empty(m, dtype=torch.int32, device=out.device)
+        work = None if cpu_words else trng.make_work(out.device, m)
+        wide_bits = None if narrow else torch.empty(m, dtype=torch.int64, device=out.device)
     small_idx, small_bits = [], []
-    ws = (torch.empty(m, dtype=b.dtype, device=b.device),
-          torch.empty(m, dtype=b.dtype, device=b.device))
+    magic = _adds_exactly(plan, out.device)
+    ws = (torch.empty(m, dtype=out.dtype, device=out.device),
+          torch.empty(m, dtype=out.dtype, device=out.device))
     for lo in range(0, n, step):
         hi = min(lo + step, n)
+        if scaled is None:
+            bc = b[lo:hi]
+        else:
+            rows = slice(lo // inner, hi // inner)
+            sc = s if s.shape[0] == 1 else s[rows]
+            torch.div(x[rows], sc, out=ybuf[:(hi - lo) // inner])
+            bc = ybits[:hi - lo]
         r = None
         if bits_src is not None:
             if bits_src[0] == "bits":
@@ -206,25 +237,40 @@ def _run_chunks(plan: _Plan, b: torch.Tensor, out: torch.Tensor, bits_src) -> No
                 if not narrow:
                     r = wide_bits[:hi - lo].copy_(r).bitwise_and_(0xFFFFFFFF)
         if not plan.fmt.is_float:
-            _int_kernel(plan, b[lo:hi], out[lo:hi], None if r is None else _low32(r))
-            continue
-        idx = _float_kernel(plan, b[lo:hi], out[lo:hi], r, [w[:hi - lo] for w in ws])
-        if idx.numel():
-            small_idx.append(idx + lo if lo else idx)
-            if r is not None:
-                small_bits.append(_low32(r.index_select(0, idx)))
+            _int_kernel(plan, bc, out[lo:hi], None if r is None else _low32(r))
+        else:
+            idx = _float_kernel(plan, bc, out[lo:hi], r, [w[:hi - lo] for w in ws], magic,
+                                bounded)
+            if idx.numel() and scaled is not None:
+                _small_into(plan, bc, out[lo:hi], idx, None if r is None else
+                            _low32(r.index_select(0, idx)))
+            elif idx.numel():
+                small_idx.append(idx + lo if lo else idx)
+                if r is not None:
+                    small_bits.append(_low32(r.index_select(0, idx)))
+        if scaled is not None:
+            outf[rows].mul_(sc)
     if small_idx:
         idx = torch.cat(small_idx) if len(small_idx) > 1 else small_idx[0]
-        # index_select/index_copy_: advanced indexing is ~100x slower on multi-threaded CPUs.
-        bs = b.index_select(0, idx)
-        a = bs & ~_signbit(plan.src.mant == 52)
         rbits = None
         if small_bits:
             rbits = torch.cat(small_bits) if len(small_bits) > 1 else small_bits[0]
-        rs = _small_values(plan, a.to(torch.int64), rbits)
-        rs = rs.to(b.dtype)
-        _finish(plan, bs, a, rs)
-        out.index_copy_(0, idx, rs)
+        _small_into(plan, b, out, idx, rbits)
+
+
+def _small_into(plan: _Plan, b: torch.Tensor, out: torch.Tensor, idx: torch.Tensor,
+                rbits) -> None:
+    """The rounded bits of the inputs ``b[idx]`` below the smallest normal, into ``out[idx]``
+    (``rbits``: their int64 random words, for SR)."""
+    # index_select/index_copy_: advanced indexing is ~100x slower on multi-threaded CPUs.
+    bs = b.index_select(0, idx)
+    a = bs & ~_signbit(plan.src.mant == 52)
+    if _scales_exactly(plan, b.device):
+        rs = _small_sr_by_scaling(plan, a, rbits)
+    else:
+        rs = _small_values(plan, a.to(torch.int64), rbits).to(b.dtype)
+    _finish(plan, bs, a, rs)
+    out.index_copy_(0, idx, rs)
 
 
 def _low32(r: torch.Tensor) -> torch.Tensor:
@@ -297,19 +343,29 @@ def from_work_bits(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 # -- kernels -----------------------------------------------------------------------------------
 
-def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws) -> torch.Tensor:
+def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws,
+                  magic: bool = False, bounded: bool = False) -> torch.Tensor:
     """Rounded bits of the working-float bits ``b`` into ``r`` (ecosim.rounding._float_kernel).
 
     ``ws`` is scratch space: two buffers of ``b``'s size and dtype (reused across chunks: fresh
     CPU temporaries cost a page fault per 4 KiB). ``rbits`` (SR) are int64
-    words or int32 ones (two's complement of the uint32 words, for float32 work). Returns the
-    indices of the inputs below the smallest normal, whose ``r`` is not final yet.
+    words or int32 ones (two's complement of the uint32 words, for float32 work). ``magic``:
+    RTN of a chunk that cannot round past max takes :func:`_round_by_add` (see
+    :func:`_adds_exactly`); ``bounded``: the caller knows that no input is NaN or rounds past
+    max, so RTN by addition needs no test at all. Returns the indices of the inputs below the smallest normal, whose
+    ``r`` is not final yet.
     """
     fmt = plan.fmt
     sign = _signbit(plan.src.mant == 52)
     a, t = ws
     torch.bitwise_and(b, ~sign, out=a)  # magnitude bits: monotone in |x|
+    if magic and bounded:
+        _round_by_add(plan, b, a, r, t)
+        return a.new_empty(0, dtype=torch.int64)
     amin, amax = (int(v) for v in torch.aminmax(a))
+    if magic and amax <= plan.hi:
+        _round_by_add(plan, b, a, r, t)
+        return a.new_empty(0, dtype=torch.int64)
     if amax <= plan.hi and fmt.signed and plan.sh and (plan.sr or fmt.ties == "even"):
         # No NaN or inf, and nothing rounds past max (plan.hi: max, plus just under half a
         # step for RTN), so the carry never reaches the sign bit: round the bits with their
@@ -327,6 +383,36 @@ def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws) -> t
     if amin >= plan.minnorm:
         return a.new_empty(0, dtype=torch.int64)
     return _below(a, plan.minnorm, t)
+
+
+def _adds_exactly(plan: _Plan, device: torch.device) -> bool:
+    """Whether RTN may round by :func:`_round_by_add`: ties to even onto normals and a uniform
+    subnormal step, on the CPU (IEEE float addition, round to nearest even), with half that
+    step at least the working float's smallest normal, so that even a mode that reads
+    subnormal inputs as zero (``torch.set_flush_denormal``) changes no result: such inputs
+    round to zero either way, and no sum or result is subnormal. Not for fnuz formats, whose
+    zero has no sign."""
+    return (device.type == "cpu" and not plan.sr and plan.uniform_small and plan.sh > 0
+            and plan.fmt.nan != "fnuz" and plan.qexp - 1 >= plan.src.emin)
+
+
+def _round_by_add(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor,
+                  m: torch.Tensor) -> None:
+    """RTN ties to even of finite inputs (bits ``b``, magnitude bits ``a``) that cannot round past
+    max, into ``r``, by one float addition: ``m`` (scratch) becomes ``2**e`` with ``e`` the
+    exponent of ``|x|``, at least the format's ``emin``; ``|x| + 2**sh * m`` lies in a binade
+    whose unit in the last place is the grid step at ``|x|`` (``2**(e - M)``, the subnormal step
+    below ``emin``), so the rounded sum minus ``2**sh * m`` (exact) is ``|x|`` rounded onto the
+    grid, ties to even, for normals and subnormals of the format alike, with no separate pass
+    for the inputs below the smallest normal. The sign is copied back (``-0`` included).
+    """
+    fdt = torch.float64 if plan.src.mant == 52 else torch.float32
+    torch.bitwise_and(a, plan.infbits, out=m)  # the exponent field: 2**e as a float
+    m.clamp_(min=plan.minnorm)
+    rf, mf, step = r.view(fdt), m.view(fdt), float(1 << plan.sh)
+    torch.add(a.view(fdt), mf, alpha=step, out=rf)  # alpha * m is exact: one rounding
+    rf.sub_(mf, alpha=step)
+    torch.copysign(rf, b.view(fdt), out=rf)
 
 
 def _finish(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor, t=None) -> None:
@@ -412,6 +498,33 @@ def _small_values(plan: _Plan, a: torch.Tensor, rbits) -> torch.Tensor:
     if not fmt.has_zero:
         n = n.clamp(min=1)  # nothing below the smallest value (ml_dtypes maps it there)
     return pow2_bits(n, qexp, src)
+
+
+def _scales_exactly(plan: _Plan, device: torch.device) -> bool:
+    """Whether SR below the smallest normal may take :func:`_small_sr_by_scaling`: float32 work
+    on the CPU, one subnormal step ``2**qexp``, the floor rule, and ``2**(qexp - nbits)`` at
+    least float32's smallest normal (so a subnormal input, read as zero or not, counts zero
+    units of ``2**(qexp - nbits)`` either way, and no product is subnormal)."""
+    return (device.type == "cpu" and plan.sr and plan.uniform_small and plan.sr_rule == "floor"
+            and plan.src.mant == 23 and plan.qexp - plan.nbits >= plan.src.emin)
+
+
+def _small_sr_by_scaling(plan: _Plan, a: torch.Tensor, rbits: torch.Tensor) -> torch.Tensor:
+    """int32 bits of SR'd magnitudes (float32 magnitude bits ``a`` below the smallest normal,
+    int64 random words ``rbits``), from a few float32 and int64 ops.
+
+    ``|x| * 2**(nbits - qexp)`` is exact (a power-of-two scaling to below ``2**(M + nbits)``) and
+    its truncating conversion is ``F = floor(|x| / 2**qexp * 2**nbits)``: the count of steps
+    times ``2**nbits`` plus ``floor(p * 2**nbits)``, so ``(F + r) >> nbits`` (``r`` the low
+    ``nbits`` random bits) is the count rounded up iff ``r + floor(p * 2**nbits) >= 2**nbits``,
+    the SR rule; the count times ``2**qexp`` is exact.
+    """
+    nb = plan.nbits
+    f = a.view(torch.float32) * float(2 ** (nb - plan.qexp))
+    n = f.to(torch.int64)
+    n += rbits & ((1 << nb) - 1)
+    n >>= nb
+    return (n.to(torch.float32) * 2.0 ** plan.qexp).view(torch.int32)
 
 
 def _uniform_small_values(plan: _Plan, a: torch.Tensor, E: torch.Tensor, rbits) -> torch.Tensor:
