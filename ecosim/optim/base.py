@@ -131,6 +131,15 @@ class StepContext:
     pending: bool
     diag: StepDiagnostics | None
     lr_inject: float | None = None  # AdamW's schedule guard: the lr ECO's injection is sized by
+    keys: dict = dataclasses.field(default_factory=dict)  # name -> fold_in(key, t, name)
+
+    def key_of(self, name: str, *tags: str) -> int:
+        """``rng.fold_in(key, t, name, *tags)``; ``fold_in(key, t, name)`` is folded once a step
+        (folding item by item is what ``fold_in`` does with several)."""
+        k = self.keys.get(name)
+        if k is None:
+            k = self.keys[name] = rng.fold_in(self.key, self.t, name)
+        return rng.fold_in(k, *tags) if tags else k
 
 
 # -- the optimizer base -----------------------------------------------------------------------
@@ -249,7 +258,7 @@ class QuantizedOptimizer:
     def _write(self, q: Quantizer, x: np.ndarray, prev: np.ndarray, ctx: StepContext,
                name: str) -> np.ndarray:
         """The stored weights ``q(x)`` (SR key ``fold_in(key, t, name)``; DQT: previous grid)."""
-        key = rng.fold_in(ctx.key, ctx.t, name) if q.mode == "sr" else None
+        key = ctx.key_of(name) if q.mode == "sr" else None
         if self.prev_scale:
             return q(x, key=key, scales=q.scales(prev))
         return _apply(q, x, key)
@@ -374,7 +383,7 @@ class QuantizedOptimizer:
         qs = self.states.get(which)
         if qs is None:
             return x
-        return self._quantize_buffer(qs, x, ctx.key, ctx.t, name, tag or which)
+        return _apply(qs, x, ctx.key_of(name, tag or which) if qs.mode == "sr" else None)
 
     def _inject(self, m: np.ndarray, k: np.ndarray, ctx: StepContext, name: str) -> np.ndarray:
         """``m + k`` stored in ``m``'s format (SR tag ``"m_inject"``); records what survived."""
