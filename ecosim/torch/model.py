@@ -29,6 +29,7 @@ std 0.02 for every matrix, the residual outputs ``wo`` and ``w_down`` scaled by
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -177,12 +178,29 @@ class RMSNorm(nn.Module):
 
 
 def _rope(seq: int, head_dim: int, base: float, device, dtype):
-    """cos and sin tables of shape (seq, head_dim), rotate-half layout."""
+    """cos and sin tables of shape (seq, head_dim), rotate-half layout.
+
+    Computed once per (seq, head_dim, base, device, dtype) and shared by every forward: a
+    pure function of its arguments, and the tables are constants nothing writes to (traced
+    code computes them: ``torch.compile`` sees no cache)."""
+    if torch.compiler.is_compiling():
+        return _rope_tables(seq, head_dim, base, device, dtype)
+    return _rope_cached(seq, head_dim, base, device, dtype)
+
+
+def _rope_tables(seq: int, head_dim: int, base: float, device, dtype):
     inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32)
                           / head_dim))
     ang = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inv)
     ang = torch.cat([ang, ang], dim=-1)
     return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+@functools.lru_cache(maxsize=16)
+def _rope_cached(seq: int, head_dim: int, base: float, device, dtype):
+    # outside autograd and inference mode, so that any later forward may save them
+    with torch.inference_mode(False), torch.no_grad():
+        return _rope_tables(seq, head_dim, base, device, dtype)
 
 
 def _apply_rope(x, cos, sin):

@@ -51,7 +51,9 @@ def build_optimizers(model: Transformer, cfg: LMConfig) -> list:
              "weight_decay": cfg.weight_decay},
             {"params": [p for n, p in named if n not in qnames and p.ndim < 2],
              "weight_decay": 0.0}]
-    opts = [torch.optim.AdamW(rest, lr=cfg.lr, **hp)]
+    # foreach: one call per operation for all tensors (on the CPU the same per-tensor kernels,
+    # so the same bits as the default loop, with less Python per step; CUDA's default anyway)
+    opts = [torch.optim.AdamW(rest, lr=cfg.lr, foreach=True, **hp)]
     if qnames:
         key = rng.fold_in(cfg.seed, "optimizer")
         weights = method.quantizer()
