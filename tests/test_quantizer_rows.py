@@ -118,3 +118,23 @@ def test_fast_kernels_equal_the_kernels(fmt, dtype):
     else:
         assert qr.int_codes(plan, x, codes, np.empty_like(x)) is None
     assert_same(codes, want_codes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", [f for f in FAST if f.is_float], ids=lambda f: f.name)
+def test_split_rounds_every_float32_input_like_the_kernel(fmt):
+    """Veltkamp's split (signed_float_rtn's rounding) against the kernel on every float32
+    input from the smallest normal to the bound, both signs (all 2**23 words of each binade)."""
+    plan = _prepare(fmt, np.dtype(np.float32), False, 32, True)
+    k = qr._split_factor(plan)
+    if k is None:
+        assert fmt.name == "bfloat16"  # the product would overflow: the bits are rounded
+        return
+    for e in range((plan.minnorm >> 23), (plan.hi >> 23) + 1):
+        b = (np.uint32(e) << np.uint32(23)) + np.arange(1 << 23, dtype=np.uint32)
+        y = b[b <= plan.hi].view(np.float32)
+        y = np.concatenate([y, -y])
+        c = y * k
+        want = np.empty_like(y)
+        _kernel(plan, y, want, None, no_over=True)
+        np.testing.assert_array_equal((c - (c - y)).view(np.uint32), want.view(np.uint32))
