@@ -187,8 +187,8 @@ class Quantizer(_np_quantizer.QuantizerConfig):
     # -- the quantizer ------------------------------------------------------------------------
     def _codes(self, x, key, rbits, scales=None, dequantize=False):
         """``(x, codes, scales)``. ``dequantize``: where the fused path applies (a float32 or
-        float64 CPU tensor of more than one chunk whose codes cannot be NaN), the codes come back already multiplied
-        by their scales (:func:`~ecosim.torch.rounding.quantize_scaled`) and the scales as None.
+        float64 CPU tensor of more than one chunk whose codes cannot be NaN), the codes come back
+        already multiplied by their scales (:func:`quantize_scaled`) and the scales as None.
         """
         x = _check_float(x)
         xb, axes = self._blocked(x)

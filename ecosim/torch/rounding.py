@@ -8,15 +8,15 @@ point count and is rounded with integer shifts. The plan constants (bit patterns
 the smallest normal) come from the NumPy module itself, so both backends use one set of
 numbers.
 
-Integers, not floats, do the work, but for the two CPU fast paths named below, which are
-taken only where a flush-to-zero mode cannot change their result either. The float32 kernel
-runs in int32 and the float64 one in int64, with no overflow anywhere: the magnitude is clamped at the inf pattern before a carry
-is added (``0x7F800000 + (2**23 - 1)`` still fits in int32; a NaN input becomes inf there and
-is restored from its original bits afterwards). The part below the smallest normal works in
-int64 on integer significands, so neither power-of-two scaling of subnormals nor a
-flush-to-zero mode of the device can change a result. Half-precision inputs and outputs are
-converted through bit patterns where torch's own casts differ from NumPy's (NaN payloads and
-signs), and plain casts only where they are exact.
+Integers, not floats, do the work, but for the two CPU fast paths named below, which are taken only
+where a flush-to-zero mode cannot change their result either. The float32 kernel runs in int32 and
+the float64 one in int64, with no overflow anywhere: the magnitude is clamped at the inf pattern
+before a carry is added (``0x7F800000 + (2**23 - 1)`` still fits in int32; a NaN input becomes inf
+there and is restored from its original bits afterwards). The part below the smallest normal works
+in int64 on integer significands, so neither power-of-two scaling of subnormals nor a flush-to-zero
+mode of the device can change a result. Half-precision inputs and outputs are converted through bit
+patterns where torch's own casts differ from NumPy's (NaN payloads and signs), and plain casts only
+where they are exact.
 
 Performance: on the CPU the kernel runs on chunks of ``2**18`` elements (torch's per-op
 overhead of microseconds dominates smaller ones); elsewhere the whole tensor is one chunk. A
@@ -184,11 +184,11 @@ def _random_source(x: torch.Tensor, rbits, key):
 def _run_chunks(plan: _Plan, b, out: torch.Tensor, bits_src, scaled=None) -> None:
     """Round chunk by chunk; inputs below the smallest normal are gathered and done at once.
 
-    The few elements below the smallest normal take many small integer ops: doing them once for
-    the whole tensor, not once per chunk, keeps per-op overhead off the CPU path. ``scaled``:
-    ``(x, s, bounded)`` of :func:`quantize_scaled` instead of the bits ``b``: chunks of whole
-    rows of ``x`` are divided by their scales into a buffer, rounded (small inputs included)
-    and multiplied back in ``out``.
+    The few elements below the smallest normal take many small integer ops: doing them once for the
+    whole tensor, not once per chunk, keeps per-op overhead off the CPU path. ``scaled``: ``(x, s,
+    bounded)`` of :func:`ecosim.torch.quantizer.quantize_scaled` instead of the bits ``b``: chunks
+    of whole rows of ``x`` are divided by their scales into a buffer, rounded (small inputs
+    included) and multiplied back in ``out``.
     """
     n = out.numel()
     step = trng.bits_chunk_size(out.device, n)
@@ -347,13 +347,12 @@ def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws,
                   magic: bool = False, bounded: bool = False) -> torch.Tensor:
     """Rounded bits of the working-float bits ``b`` into ``r`` (ecosim.rounding._float_kernel).
 
-    ``ws`` is scratch space: two buffers of ``b``'s size and dtype (reused across chunks: fresh
-    CPU temporaries cost a page fault per 4 KiB). ``rbits`` (SR) are int64
-    words or int32 ones (two's complement of the uint32 words, for float32 work). ``magic``:
-    RTN of a chunk that cannot round past max takes :func:`_round_by_add` (see
-    :func:`_adds_exactly`); ``bounded``: the caller knows that no input is NaN or rounds past
-    max, so RTN by addition needs no test at all. Returns the indices of the inputs below the smallest normal, whose
-    ``r`` is not final yet.
+    ``ws`` is scratch space: two buffers of ``b``'s size and dtype (reused across chunks: fresh CPU
+    temporaries cost a page fault per 4 KiB). ``rbits`` (SR) are int64 words or int32 ones (two's
+    complement of the uint32 words, for float32 work). ``magic``: RTN of a chunk that cannot round
+    past max takes :func:`_round_by_add` (see :func:`_adds_exactly`); ``bounded``: the caller knows
+    that no input is NaN or rounds past max, so RTN by addition needs no test at all. Returns the
+    indices of the inputs below the smallest normal, whose ``r`` is not final yet.
     """
     fmt = plan.fmt
     sign = _signbit(plan.src.mant == 52)
