@@ -251,8 +251,8 @@ class Quantizer(QuantizerConfig):
     # One pass over the array in cache-sized chunks of whole blocks: for row and group scales
     # each chunk's block maxima and scales are computed while the chunk is in cache (a non-finite
     # value shows as a non-finite maximum), then the chunk is divided by its scales, rounded by
-    # the kernel of ecosim.rounding and multiplied back (or turned into codes). Tensor, column
-    # and absmean scales, and blocks longer than a chunk, are computed first by _scales.
+    # the kernel of ecosim.rounding and multiplied back (or turned into codes; RTN on float32/64
+    # in ecosim.quantizer_rows). Tensor, column, absmean scales, blocks over a chunk: _scales.
 
     def _layout(self, shape: tuple) -> tuple[int, int, str]:
         """The flat C-order array as ``R`` rows of ``C``, scaled per row, column or once."""
