@@ -56,8 +56,9 @@ class TorchWords:
 
     @staticmethod
     def field(words: torch.Tensor, lo: int, n: int, out: torch.Tensor) -> None:
-        if words.dtype == out.dtype and out.device.type == "cpu" and lo:
-            # NumPy's logical shift of the same memory as unsigned words: no mask pass after
+        if words.dtype == out.dtype and out.device.type == "cpu" and lo and out.numel() >= 4096:
+            # NumPy's logical shift of the same memory as unsigned words: no mask pass after (on
+            # a few thousand words or more, where a pass costs more than the NumPy views)
             ut = _UNSIGNED[out.dtype]
             np.right_shift(words.numpy().view(ut), ut(lo), out=out.numpy().view(ut))
             if lo + n < _width(out):
