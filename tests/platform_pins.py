@@ -44,3 +44,15 @@ def skip_unless_pinned_platform() -> None:
     if here != PINNED_PLATFORM:
         pytest.skip(f"digests pinned on platform probe {PINNED_PLATFORM}, this machine gives "
                     f"{here} (another BLAS kernel or vector math path)")
+
+
+def digest_arrays(arrays: dict) -> str:
+    """sha256 over named arrays: name, dtype, shape and bytes, names sorted (the digest the
+    pinned tests compare)."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        for part in (name, str(a.dtype), repr(a.shape)):
+            h.update(part.encode())
+        h.update(a.tobytes())
+    return h.hexdigest()

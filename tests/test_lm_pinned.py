@@ -15,12 +15,9 @@ Like ``test_results_pinned``, the digests hold on the platform they were pinned 
 """
 from __future__ import annotations
 
-import hashlib
-
-import numpy as np
 import pytest
 
-from platform_pins import skip_unless_pinned_platform
+from platform_pins import digest_arrays, skip_unless_pinned_platform
 
 torch = pytest.importorskip("torch")
 
@@ -43,17 +40,6 @@ PINNED = {
     "dqt_ternary_sr": ("7acfd3fff55eb4b07eaa42af97b15403b93fdfb4f0da7f1ca8687e4935312807",
                         "214129125bb0cd584a2829caad694b6ab9bb5fd695debaab7df69caafb7732a9"),
 }
-
-
-def digest_arrays(arrays: dict) -> str:
-    """sha256 over named arrays: name, dtype, shape and bytes, names sorted."""
-    h = hashlib.sha256()
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        for part in (name, str(a.dtype), repr(a.shape)):
-            h.update(part.encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
 
 
 def tensors_of(tree, prefix: str = "") -> dict:

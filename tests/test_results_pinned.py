@@ -20,13 +20,10 @@ rebuild, not that the loop is wrong.
 """
 from __future__ import annotations
 
-import hashlib
-
-import numpy as np
 import pytest
 
 from ecosim import experiments as E
-from platform_pins import skip_unless_pinned_platform
+from platform_pins import digest_arrays, skip_unless_pinned_platform
 
 # (experiment, unit) -> sha256 of the unit's results with the smoke config
 PINNED = [
@@ -56,17 +53,6 @@ PINNED = [
 ]
 
 
-def digest(results) -> str:
-    """sha256 over the results' arrays: name, dtype, shape and bytes, names sorted."""
-    h = hashlib.sha256()
-    for name in sorted(results):
-        a = np.ascontiguousarray(results[name])
-        for part in (name, str(a.dtype), repr(a.shape)):
-            h.update(part.encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
 @pytest.mark.parametrize("name,unit,want", PINNED,
                          ids=[f"{n}-{'-'.join(map(str, u.values()))}" for n, u, _ in PINNED])
 def test_smoke_unit_results_are_pinned(name, unit, want):
@@ -74,4 +60,4 @@ def test_smoke_unit_results_are_pinned(name, unit, want):
     exp = E.get(name)
     cfg = exp.default_config(smoke=True)
     assert unit in exp.unit_list(cfg)
-    assert digest(exp.compute(cfg, dict(unit))) == want
+    assert digest_arrays(exp.compute(cfg, dict(unit))) == want
