@@ -213,7 +213,7 @@ class Quantizer(QuantizerConfig):
             raise _nonfinite(xb)
         if self.scale == "absmean":
             tiny = np.finfo(dt).tiny
-            s = a.mean(axis=axes, keepdims=True, dtype=np.float64).astype(dt)
+            s = (a.mean(axis=axes, keepdims=True, dtype=np.float64) if a.size else amax).astype(dt)
             zero = amax == 0
             s = np.maximum(s, tiny)  # an underflowing scale: the smallest normal
             return np.where(zero, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
@@ -261,7 +261,7 @@ class Quantizer(QuantizerConfig):
         if self.fixed or g == "tensor" or len(shape) == 0:
             return 1, n, "one"
         c = g if isinstance(g, numbers.Integral) else shape[-1]
-        return (n // c if c else 0), c, ("col" if g == "column" else "row")
+        return (n // c if c else math.prod(shape[:-1])), c, ("col" if g == "column" else "row")
 
     def _given_scales(self, scales, xb: np.ndarray, axes: tuple) -> np.ndarray:
         s = np.asarray(scales).astype(self._scales_dtype(xb))

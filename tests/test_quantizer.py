@@ -212,3 +212,20 @@ def test_memo_of_shapes_changes_no_result_nor_check():
     x[1, 3] = np.nan
     with pytest.raises(ValueError, match="input has 1 non-finite values"):
         g(x)
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 5), (5, 0), (2, 3, 0)])
+@pytest.mark.parametrize("gran", ["tensor", "row", "column", 1])
+@pytest.mark.parametrize("scale", ["absmax", "absmax_pow2", "absmean", 0.5])
+def test_empty_arrays(shape, gran, scale):
+    """An empty array is quantized, encoded and decoded to an empty array of its shape and
+    dtype, with one scale per (empty) block, each 1 (a block of zeros' scale) or the fixed
+    one; encode of empty rows used to fail reshaping its scales."""
+    q = Quantizer("int4", granularity=gran, scale=scale)
+    x = np.zeros(shape, np.float32)
+    s = q.scales(x)
+    assert np.all(s == (0.5 if scale == 0.5 else 1.0))
+    enc = q.encode(x)
+    assert np.asarray(enc.scales).shape == s.shape
+    for got in (q(x), q.decode(enc)):
+        assert got.shape == shape and got.dtype == np.float32

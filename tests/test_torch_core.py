@@ -326,6 +326,21 @@ def test_quantizer_equals_numpy(fmt, gran):
     assert n > 100_000
 
 
+@pytest.mark.parametrize("shape", [(0,), (0, 5), (5, 0), (2, 3, 0)])
+@pytest.mark.parametrize("scale", ["absmax", "absmax_pow2", "absmean", 0.5])
+def test_quantizer_of_empty_tensors_equals_numpy(shape, scale):
+    """Empty tensors: the scales (absmean's used to fail on a mean of nothing), stored scales
+    and values of every granularity equal NumPy's."""
+    x = np.zeros(shape, np.float32)
+    for gran in ("tensor", "row", "column", 1):
+        qt, qn = (m.Quantizer("int4", granularity=gran, scale=scale) for m in (et, ecosim))
+        xt = torch.from_numpy(x)
+        assert_same_bits(qt.scales(xt), qn.scales(x))
+        assert tuple(qt.encode(xt).scales.shape) == np.asarray(qn.encode(x).scales).shape
+        got = qt(xt)
+        assert tuple(got.shape) == shape and got.dtype == torch.float32
+
+
 @pytest.mark.parametrize("fmt, dtype", [
     (formats.custom(11, 52), np.float64), (formats.custom(8, 23), np.float32),
     (formats.custom(5, 10, nan="fnuz"), np.float32), (formats.custom(6, 9), np.float64)],

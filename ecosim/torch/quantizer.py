@@ -157,7 +157,7 @@ class Quantizer(_np_quantizer.QuantizerConfig):
         # As NumPy: a nonzero block's absmax/absmean scale is at least the smallest normal.
         tiny = torch.full((), torch.finfo(dt).tiny, dtype=dt, device=xb.device)
         if self.scale == "absmean":
-            s = _numpy_mean(xd.abs(), axes).to(dt)
+            s = _numpy_mean(xd.abs(), axes).to(dt) if xd.numel() else amax  # empty: s = 1
             _check_finite(s, xb)  # a mean propagates inf and NaN
             s = torch.maximum(s, tiny)
         else:
