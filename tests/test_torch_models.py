@@ -123,6 +123,10 @@ def test_stored_conv_layers_equal_the_plain_layer(make, shape):
     y2, (dx2,) = _fwd_bwd(plain, x)
     assert torch.equal(y1, y2) and torch.equal(dx1, dx2)
     assert torch.equal(s.weight.grad, plain.weight.grad)
+    old = (et.QuantizedConv1D.from_conv1d if isinstance(mod, Conv1D)
+           else et.QuantizedConv.from_conv)(mod, Q, key=1, name="layer.weight")
+    assert type(old) is type(s) and torch.equal(old.codes, s.codes)  # the former names
+    assert torch.equal(old.scales, s.scales)
     if mod.bias is not None:
         assert torch.equal(s.bias.grad, plain.bias.grad)
     opt = ECOAdamW(s.named_parameters(), 1e-2, scheme="eco", key=1)

@@ -140,6 +140,12 @@ class QuantizedConv(_StoredModule):
             setattr(self, attr, getattr(conv, attr))
         self._conv_type = type(conv)
 
+    @classmethod
+    def from_conv(cls, conv: nn.Module, quantizer: Quantizer, *, key=0,
+                  name: str = "weight") -> "QuantizedConv":
+        """:meth:`from_module` under its former name (kept for callers of earlier releases)."""
+        return cls.from_module(conv, quantizer, key=key, name=name)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv_type._conv_forward(self, x, _decoded(self), self.bias)
 
@@ -171,6 +177,12 @@ class QuantizedConv1D(_StoredModule):
         super().__init__(conv1d, quantizer, tuple(conv1d.weight.shape), name=name,
                          transposed=True)
         self.nf = int(conv1d.nf)
+
+    @classmethod
+    def from_conv1d(cls, conv1d: nn.Module, quantizer: Quantizer, *, key=0,
+                    name: str = "weight") -> "QuantizedConv1D":
+        """:meth:`from_module` under its former name (kept for callers of earlier releases)."""
+        return cls.from_module(conv1d, quantizer, key=key, name=name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         sk = self.__dict__["_ecosim_skeleton"]
