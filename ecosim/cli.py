@@ -226,12 +226,12 @@ def _cmd_figures(args) -> int:
 
 
 def _print_time_table(runs: dict) -> None:
-    """What each experiment cost: units (cached, computed, shared: computed in this build for
-    an earlier experiment of the table that asked for the same computation, whose row counts
-    it and its time), the CPU seconds of the computed units (worker processes, all threads),
-    their summed wall seconds, and the wall seconds from the first unit's submission to the
-    last one's completion; then the totals (a shared unit is computed in one row and shared in
-    the others)."""
+    """What each experiment cost: units (cached, computed, shared: computed in this build by
+    another row's unit, which counts it and its time: the first experiment that asked for the
+    same computation, or one whose unit provides it, before or after this row), the CPU
+    seconds of the computed units (worker processes, all threads), their summed wall seconds,
+    and the wall seconds from the first unit's submission to the last one's completion; then
+    the totals (a shared unit is computed in one row and shared in the others)."""
     print(f"{'experiment':<24} {'units':>5} {'cached':>6} {'computed':>8} {'shared':>6} "
           f"{'cpu s':>9} {'unit s':>9} {'wall s':>9}")
     tot = [0, 0, 0, 0, 0.0, 0.0]

@@ -316,8 +316,9 @@ def _code_mismatch(here: dict, there: dict, path: tuple = ()) -> list[str]:
 class RunStats:
     """How one experiment's results were obtained, and what computing them cost.
 
-    A shared unit computed in this call counts as computed once: in the first experiment (in
-    job order) that asked for it; the others count it in ``shared``.
+    A shared unit computed in this call counts as computed once: in the experiment whose
+    unit computed it (the one whose unit provides it, ``provides=``, else the first in job
+    order that asked for it); the others count it in ``shared``.
 
     The timings are measurements, not part of what a run is: equality ignores ``cpu_s`` and
     ``wall_s``.

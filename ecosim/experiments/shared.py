@@ -9,8 +9,8 @@ format, the function's qualified name, the arguments and
 every ecosim source file it imports, transitively, and the package versions), and nothing of
 the experiment that asked for it: every experiment that asks for the same computation gets the
 same entry. :func:`~ecosim.experiments.runner.run_many` computes it once per build (the first
-experiment in job order that asks counts it as computed, the others as shared) and later builds
-read it from the cache.
+experiment in job order that asks counts it as computed, the others as shared, unless a unit
+provides it: see below) and later builds read it from the cache.
 
 An experiment declares its shared units with ``share=`` (see
 :func:`~ecosim.experiments.registry.experiment`): ``share(config, unit)`` returns the unit's
