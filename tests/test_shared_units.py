@@ -113,6 +113,20 @@ def test_a_shared_unit_is_computed_once_and_served_to_both(tmp_path):
     assert results_bytes(b2.results) == results_bytes(b.results)
 
 
+def test_an_unreadable_shared_entry_is_recomputed_and_rewritten(tmp_path, capsys):
+    """As an experiment's own entry: a shared entry that cannot be read is recomputed, and
+    rewritten, so the next build reads it instead of computing it again."""
+    cfg = PairConfig(ns=(3,))
+    E.run(A, cfg, cache=tmp_path)
+    entry = E.Cache(tmp_path).path(pair_share(cfg, {"n": 3}))
+    good = entry.read_bytes()
+    entry.write_bytes(b"not an npz")
+    assert E.run(A, cfg, cache=tmp_path).stats.computed == 1
+    assert entry.read_bytes() == good
+    assert E.run(A, cfg, cache=tmp_path).stats.cached == 1
+    capsys.readouterr()
+
+
 def test_the_key_does_not_depend_on_who_asks(tmp_path):
     ua, ub = A.shared_unit(PairConfig(), {"n": 3}), B.shared_unit(PairConfig(ns=(3,)), {"n": 3})
     assert ua == ub and ua.digest() == ub.digest() and hash(ua) == hash(ub)

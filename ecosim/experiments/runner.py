@@ -506,12 +506,13 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                 own = as_results(own, where)
                 by = {entry[0]: own} | {s: as_results(r, where) for s, r in provided.items()}
                 askers = [(p, i)] + served[(p, i)]
-                for what, res in by.items():  # nothing is cached when one of them conflicts
-                    _check_entry(cache, what, res, where)
+                # nothing is cached when one of them conflicts with a readable entry
+                held = {what: _check_entry(cache, what, res, where) for what, res in by.items()}
                 for what, res in by.items():  # an entry records every experiment that asked
                     names = (exp.name,) + tuple(plans[q][0].name for q, j in askers
                                                 if plans[q][4]["entries"][j][0] == what)
-                    _save(cache, what, cfg, units[i], res, tuple(dict.fromkeys(names)))
+                    if not held[what]:
+                        _save(cache, what, cfg, units[i], res, tuple(dict.fromkeys(names)))
                 for q, j in askers:
                     what = plans[q][4]["entries"][j][0]
                     plans[q][3][j] = by[what]
@@ -552,20 +553,23 @@ def _shared_of(what):
     return what if isinstance(what, SharedUnit) else None
 
 
-def _check_entry(cache: Cache, what, results: Results, where: str) -> None:
-    """A shared unit's results that the cache holds already must be the same bytes."""
+def _check_entry(cache: Cache, what, results: Results, where: str) -> bool:
+    """Whether the cache holds a readable entry of a shared unit already (False for an
+    experiment's own unit); that entry must hold the same bytes as ``results``."""
     old = cache.load(what) if isinstance(what, SharedUnit) else None
     if old is not None and results_bytes(old) != results_bytes(results):
         raise RuntimeError(f"{where}: its results of {what!r} differ from the cache's entry "
                            f"{cache.path(what)}; not cached")
+    return old is not None
 
 
 def _save(cache: Cache, what, cfg, unit, results: Results, asked_by: tuple) -> None:
-    """File a computed unit's results under its experiment's key or a shared unit's (an entry
-    the cache holds already is kept, with the provenance of the unit that computed it)."""
+    """File a computed unit's results under its experiment's key or a shared unit's (the
+    caller keeps a readable entry the cache holds already, with the provenance of the unit
+    that computed it; an unreadable one is rewritten)."""
     if not isinstance(what, SharedUnit):
         cache.save(what, cfg, unit, results)
-    elif not cache.path(what).exists():
+    else:
         cache.save(what, None, None, results, asked_by=asked_by)
 
 
