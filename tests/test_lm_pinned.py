@@ -6,9 +6,9 @@ the ``lm`` and ``dqt_lm`` experiments run them): of the run's result columns
 (:func:`ecosim.experiments.lm.records_to_results`: losses, curves, byte counts) and of the
 final checkpoint's model and optimizer tensors (names sorted). The methods cover FP32 (torch's
 AdamW alone), FP8 master weights with RTN, ECO with RTN and with SR (keyed random bits) and
-DQT ternary with SR; each run costs about a CPU-second. The digests were computed from the code before the training step's
-overheads were cut (commit 236958e) and must hold after any change that only makes a step
-cheaper.
+DQT ternary with SR; each run costs about a CPU-second. The digests were computed from the
+code before the training step's overheads were cut (commit 236958e) and must hold after any
+change that only makes a step cheaper.
 
 Like ``test_results_pinned``, the digests hold on the platform they were pinned on
 (``platform_pins``): matmuls and transcendental functions may round their last bits otherwise.

@@ -1,13 +1,14 @@
 """The fused RTN pass of row and group scales (ecosim.quantizer_rows) against the whole-array
 composition of the public pieces, on arrays of several chunks of whole rows (chunks that end
-short of the chunk size, a partial last one), more than one group of chunks, zero rows, -0, subnormal inputs, quotients below
-the smallest normal, bounds that fail (the top binade of ``pow2="floor"`` clips), NaN and inf;
-and its kernels against ecosim.rounding's, bit for bit, on every value and midpoint."""
+short of the chunk size, a partial last one), more than one group of chunks, zero rows, -0,
+subnormal inputs, quotients below the smallest normal, bounds that fail (the top binade of
+``pow2="floor"`` clips), NaN and inf; and its kernels against ecosim.rounding's, bit for bit,
+on every value and midpoint."""
 
 import numpy as np
 import pytest
 
-from ecosim import Quantizer, formats
+from ecosim import Quantizer, formats, quantizer
 from ecosim import quantizer_rows as qr
 from ecosim.checks import NonFiniteError
 from ecosim.rounding import _CHUNK, _kernel, _prepare
@@ -39,13 +40,18 @@ def check_fused(q, x):
 
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e3m4", "fp6", "fp4", "bf16", "fp16",
                                  "e4m3fnuz", "int8", "int4", "ternary", "e8m0"])
-def test_fused_rows_equal_whole_array_passes(fmt):
+def test_fused_rows_equal_whole_array_passes(fmt, monkeypatch):
     # 2 chunks of 341 rows of 96 (the second partial), of 1024 groups of 32
     x = rows_input((400, 96), np.float32)
     assert x.size > _CHUNK and _CHUNK % 96
+    calls = []  # the fused pass is the one tested: it runs for every call and encode
+    monkeypatch.setattr(quantizer, "fused_rows", lambda *a: calls.append(1) or qr.fused_rows(*a))
+    n = 0
     for gran in ("row", 32):
         for scale in ("absmax", "absmax_pow2") if fmt != "e8m0" else ("absmax",):
             check_fused(Quantizer(fmt, granularity=gran, scale=scale), x)
+            n += 1 if fmt == "e8m0" else 3  # encode, and assert_encoded calls q(x) again
+    assert len(calls) == n
 
 
 @pytest.mark.parametrize("fmt", ["e4m3", "fp4", "int4"])
