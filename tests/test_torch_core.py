@@ -341,6 +341,17 @@ def test_quantizer_of_empty_tensors_equals_numpy(shape, scale):
         assert tuple(got.shape) == shape and got.dtype == torch.float32
 
 
+@pytest.mark.parametrize("scale", ["absmax", "absmax_pow2", "absmean", 0.5])
+def test_quantizer_refuses_a_format_wider_than_its_input_as_numpy(scale):
+    """A format whose values float32 cannot hold, on float32 input: the ValueError NumPy
+    raises (absmax scales used to fail first, converting the format's max to float32)."""
+    fmt, x = formats.custom(11, 40), np.ones((3, 4), np.float32)
+    with pytest.raises(ValueError, match="e11m40 values are not all representable in float32"):
+        ecosim.Quantizer(fmt, scale=scale, granularity="row")(x)
+    with pytest.raises(ValueError, match="e11m40 values are not all representable in torch"):
+        et.Quantizer(fmt, scale=scale, granularity="row")(torch.from_numpy(x))
+
+
 @pytest.mark.parametrize("fmt, dtype", [
     (formats.custom(11, 52), np.float64), (formats.custom(8, 23), np.float32),
     (formats.custom(5, 10, nan="fnuz"), np.float32), (formats.custom(6, 9), np.float64)],

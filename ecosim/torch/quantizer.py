@@ -45,6 +45,8 @@ from .rounding import (_as_tensor, _run_chunks, _setup, from_work_bits, pow2_bit
 
 __all__ = ["Quantizer", "Encoded"]
 
+_F32_MAX = float(np.finfo(np.float32).max)
+
 # Torch dtypes holding one code of a format, where torch has them (else raw uint8 codes).
 _STORAGE = {name: getattr(torch, name) for name in
             ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
@@ -192,6 +194,10 @@ class Quantizer(_np_quantizer.QuantizerConfig):
         """
         x = _check_float(x)
         xb, axes = self._blocked(x)
+        if self.fmt.max > _F32_MAX and xb.dtype != torch.float64:  # as quantize says (before
+            # absmax scales, whose rho would overflow converted to float32)
+            raise ValueError(f"{self.fmt.name} values are not all representable in "
+                             f"{self._scales_dtype(xb)}; pass float32 or float64 input")
         amax = None
         if scales is None:
             s, amax = self._scales_amax(xb, axes)
