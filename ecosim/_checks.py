@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["native", "check_bool", "check_real", "check_positive", "NonFiniteError",
-           "NonFiniteGradient"]
+           "NonFiniteGradient", "scale_error"]
 
 
 class NonFiniteError(ValueError):
@@ -28,6 +28,21 @@ class NonFiniteError(ValueError):
 
 class NonFiniteGradient(NonFiniteError):
     """A gradient holds NaN or inf: the optimizer refuses to write it into the weights."""
+
+
+def scale_error(n_nonfinite: int, dtype: Any) -> NonFiniteError:
+    """The error of a data-dependent scale that is not finite, for both backends' quantizers.
+
+    ``n_nonfinite`` is the count of NaN/inf in the input; with none, the scale itself overflowed
+    ``dtype`` (an absmean of finite values near the top of the range: the block's sum exceeds
+    it), which is said as such rather than as "0 non-finite values".
+    """
+    if n_nonfinite:
+        return NonFiniteError(f"input has {n_nonfinite} non-finite values; a data-dependent "
+                              "scale is undefined (check gradients/updates for inf/NaN)")
+    name = str(dtype).removeprefix("torch.")
+    return NonFiniteError(f"the absmean scale overflowed {name}: a block's mean |x| exceeds "
+                          "its range though every input is finite; use scale='absmax'")
 
 
 def native(arr: np.ndarray, *, copy: bool = False) -> np.ndarray:

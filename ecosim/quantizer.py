@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import NonFiniteError, check_bool, native
+from ._checks import check_bool, native, scale_error
 from .formats import Format, decode_bits, get
 from .rounding import (_CHUNK, MODES, SR_RULES, _chunk_bits, _kernel, _prepare, _random_source,
                        quantize)
@@ -213,7 +213,10 @@ class Quantizer(QuantizerConfig):
             raise _nonfinite(xb)
         if self.scale == "absmean":
             tiny = np.finfo(dt).tiny
-            s = (a.mean(axis=axes, keepdims=True, dtype=np.float64) if a.size else amax).astype(dt)
+            with np.errstate(over="ignore"):  # finite values whose sum overflows: refused
+                s = a.mean(axis=axes, keepdims=True, dtype=np.float64) if a.size else amax
+            if not np.isfinite(s := s.astype(dt)).all():
+                raise scale_error(0, dt)
             zero = amax == 0
             s = np.maximum(s, tiny)  # an underflowing scale: the smallest normal
             return np.where(zero, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
@@ -247,7 +250,6 @@ class Quantizer(QuantizerConfig):
         return np.ldexp(np.ones_like(amax), e).astype(amax.dtype)
 
     # -- the quantizer ------------------------------------------------------------------------
-    #
     # One pass over the array in cache-sized chunks of whole blocks: for row and group scales
     # each chunk's block maxima and scales are computed while the chunk is in cache (a non-finite
     # value shows as a non-finite maximum), then the chunk is divided by its scales, rounded by
@@ -520,10 +522,8 @@ def _groups(R: int, C: int, fuse: bool):
         yield g, min(g + step, R)
 
 
-def _nonfinite(xb: np.ndarray) -> NonFiniteError:
-    bad = ~np.isfinite(xb)
-    return NonFiniteError(f"input has {int(bad.sum())} non-finite values; a data-dependent "
-                      "scale is undefined (check gradients/updates for inf/NaN)")
+def _nonfinite(xb: np.ndarray) -> Exception:
+    return scale_error(int((~np.isfinite(xb)).sum()), xb.dtype)
 
 
 def _pack(codes: np.ndarray, bits: int, n: int) -> np.ndarray:

@@ -3,6 +3,8 @@
 and scale rule, encode storage, decode). NumPy is the reference; it is tested on its own in
 test_rng.py, test_rounding.py and test_quantizer.py."""
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ torch = pytest.importorskip("torch")
 import ecosim  # noqa: E402
 import ecosim.torch as et  # noqa: E402
 from ecosim import formats  # noqa: E402
+from ecosim.checks import NonFiniteError  # noqa: E402
 from rounding_probes import F32_SPECIALS, probe_points  # noqa: E402
 import oracles  # noqa: E402  (which oracle release has which defect)
 
@@ -350,6 +353,28 @@ def test_quantizer_refuses_a_format_wider_than_its_input_as_numpy(scale):
         ecosim.Quantizer(fmt, scale=scale, granularity="row")(x)
     with pytest.raises(ValueError, match="e11m40 values are not all representable in torch"):
         et.Quantizer(fmt, scale=scale, granularity="row")(torch.from_numpy(x))
+
+
+@pytest.mark.parametrize("gran", ["tensor", "row", 4])
+def test_absmean_scale_overflow_is_refused_alike(gran):
+    """Finite float64 values whose block mean overflows (the sum passes float64's max): both
+    backends refuse with the same NonFiniteError naming the overflow (NumPy used to return
+    NaN values silently, torch to say "0 non-finite values"); a block below the overflow and a
+    NaN input keep their behaviour."""
+    x = np.full((2, 8), 1.5e308)
+    nan = np.where(np.arange(16).reshape(2, 8) == 3, np.nan, 1.0)
+    msg = "the absmean scale overflowed float64: a block's mean |x| exceeds its range"
+    for q, as_input in ((ecosim.Quantizer("e4m3", scale="absmean", granularity=gran), np.asarray),
+                        (et.Quantizer("e4m3", scale="absmean", granularity=gran),
+                         torch.from_numpy)):
+        with pytest.raises(NonFiniteError, match=re.escape(msg)):
+            q(as_input(x))
+        with pytest.raises(NonFiniteError, match="input has 1 non-finite values"):
+            q(as_input(nan))
+    ok = np.full((2, 8), 1e300)
+    assert_array_equal(ecosim.Quantizer("e4m3", scale="absmean", granularity=gran)(ok), ok)
+    assert torch.equal(et.Quantizer("e4m3", scale="absmean", granularity=gran)(
+        torch.from_numpy(ok)), torch.from_numpy(ok))
 
 
 @pytest.mark.parametrize("fmt, dtype", [

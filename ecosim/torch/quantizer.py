@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .. import quantizer as _np_quantizer
-from ..checks import NonFiniteError, native
+from ..checks import native, scale_error
 from ..formats import Format, get
 from ..rounding import SRC_F32 as _F32
 from ..rounding import SRC_F64 as _F64
@@ -325,9 +325,7 @@ def _value_of(plan, bits: int) -> float:
 def _check_finite(reduced: torch.Tensor, xb: torch.Tensor) -> None:
     """Refuse a non-finite input, seen through its per-block reduction (amax or mean)."""
     if not bool(torch.isfinite(reduced).all()):
-        bad = int((~torch.isfinite(xb)).sum())
-        raise NonFiniteError(f"input has {bad} non-finite values; a data-dependent scale is "
-                         "undefined (check gradients/updates for inf/NaN)")
+        raise scale_error(int((~torch.isfinite(xb)).sum()), reduced.dtype)
 
 
 def _check_float(x) -> torch.Tensor:
