@@ -30,7 +30,6 @@ from .nn import _Codec, stored
 from .optim_diag import _DiagnosticsMixin, _StepDiag
 from .optim_state import _CheckpointMixin
 from .quantizer import Encoded, Quantizer
-from .slot import raw_slots
 
 
 def _check_lr(lr, scheme):
@@ -385,15 +384,13 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
 
     # -- the step ---------------------------------------------------------------------------------
     def _grads(self, group, t):
-        with raw_slots():  # a stored layer's slot: its .grad without the per-access dispatch
-            grads = [p.grad for p in group["params"]]
         gs = []
-        for name, grad in zip(group["names"], grads):
-            if grad is None:
+        for name, p in zip(group["names"], group["params"]):
+            if p.grad is None:
                 raise ValueError(f"parameter {name!r} has no gradient")
-            if grad.is_sparse:
+            if p.grad.is_sparse:
                 raise ValueError(f"parameter {name!r} has a sparse gradient (not supported)")
-            gs.append(local_tensor(grad).detach())
+            gs.append(local_tensor(p.grad).detach())
         # min and max propagate NaN and show inf: one pass per gradient (isfinite().all() is
         # ~10x slower on the CPU) and one device sync per group; the slow check only names
         # the culprit.
@@ -419,18 +416,16 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
             _check_lr(group["lr"], "fp")
             self._check_group(group)
             gs = self._grads(group, t)
-            with raw_slots():  # hashing a slot without the per-access dispatch
-                sts = [self.state[p] for p in group["params"]]
-            for name, p, g, st in zip(group["names"], group["params"], gs, sts):
+            for name, p, g in zip(group["names"], group["params"], gs):
                 meta = self._meta[name]
                 w = self._weights_of(meta, p)
                 g = self._qgrad(g.to(w.dtype), self._key(group, meta), t, name)
                 if diag is None or meta.q is None:
-                    self._step_param(meta, p, w, g, st, group, t)
+                    self._step_param(meta, p, w, g, self.state[p], group, t)
                     continue
                 codes_old = self._flat_codes(p)
                 diag.begin(name)
-                self._step_param(meta, p, w, g, st, group, t)
+                self._step_param(meta, p, w, g, self.state[p], group, t)
                 self._diag_param(diag, meta, p, codes_old, g)
         self._step_count_t = t + 1
         if diag is not None:
@@ -452,12 +447,6 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
 
     def _check_group(self, group):
         pass
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """torch's ``zero_grad``; a stored layer's slot is handled as the plain parameter it
-        holds (its ``.grad`` read and reset without the slot's per-access dispatch)."""
-        with raw_slots():
-            super().zero_grad(set_to_none)
 
 
 def _resolve_weights(weights):

@@ -16,7 +16,6 @@ import torch.distributed as dist
 
 from ..dtensor import is_dtensor, local_tensor
 from ..model import Transformer
-from ..slot import raw_slots
 
 __all__ = ["Env", "barrier", "clip_grad_norm", "fully_shard_model", "gather_full",
            "gather_tensor", "load_full_model", "setup", "shard_adamw_state"]
@@ -162,8 +161,7 @@ def clip_grad_norm(params, max_norm: float, env: Env) -> float:
     the global row order, summed per parameter (vectors of the same length), and the
     parameters' sums added with ``math.fsum``; the coefficient ``max_norm / (norm + 1e-6)``
     (as ``clip_grad_norm_``), when below 1, multiplies every gradient in its own dtype."""
-    with raw_slots():  # a stored layer's slot: its .grad without the per-access dispatch
-        grads = [g for g in (p.grad for p in params) if g is not None]
+    grads = [p.grad for p in params if p.grad is not None]
     sums, sharded = [], []
     for g in grads:
         loc = local_tensor(g).detach()
