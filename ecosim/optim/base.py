@@ -289,7 +289,7 @@ class QuantizedOptimizer:
             return new_w, None
         e = np.subtract(tt, new_w, out=tt)  # theta_tilde is not needed any more
         if sch.after == "kahan":
-            out["c"] = self._qcomp(q, e, ctx.key, ctx.t, name, "c")
+            out["c"] = self._qcomp(q, e, ctx.key_of(name), "c")
             return new_w, None
         return new_w, e
 
