@@ -40,12 +40,11 @@ from ..rounding import SRC_F32 as _F32
 from ..rounding import SRC_F64 as _F64
 from .numerics import _div, _numpy_mean
 from .rng import bits_chunk_size, chunk_size
-from .rounding import (_as_tensor, _run_chunks, _setup, from_work_bits, pow2_bits, quantize,
-                       to_work_bits)
+from .rounding import (_as_tensor, _check_representable, _run_chunks, _setup, from_work_bits,
+                       pow2_bits, quantize, to_work_bits)
 
 __all__ = ["Quantizer", "Encoded"]
 
-_F32_MAX = float(np.finfo(np.float32).max)
 
 # Torch dtypes holding one code of a format, where torch has them (else raw uint8 codes).
 _STORAGE = {name: getattr(torch, name) for name in
@@ -194,10 +193,8 @@ class Quantizer(_np_quantizer.QuantizerConfig):
         """
         x = _check_float(x)
         xb, axes = self._blocked(x)
-        if self.fmt.max > _F32_MAX and xb.dtype != torch.float64:  # as quantize says (before
-            # absmax scales, whose rho would overflow converted to float32)
-            raise ValueError(f"{self.fmt.name} values are not all representable in "
-                             f"{self._scales_dtype(xb)}; pass float32 or float64 input")
+        # quantize's check, before the scales (rho would overflow converted to float32)
+        _check_representable(self.fmt, self._scales_dtype(xb))
         amax = None
         if scales is None:
             s, amax = self._scales_amax(xb, axes)

@@ -119,9 +119,7 @@ def _setup(x, fmt, mode, rbits, nbits, key, saturate, sr_rule):
     if x.dtype not in _NP_DTYPE:
         raise TypeError(f"expected a floating-point tensor (float16, bfloat16, float32 or "
                         f"float64), got dtype {x.dtype}")
-    if not _representable(fmt, _src_for(_NP_DTYPE[x.dtype])):
-        raise ValueError(f"{fmt.name} values are not all representable in {x.dtype}; "
-                         "pass float32 or float64 input")
+    _check_representable(fmt, x.dtype)
     if not fmt.is_float and not saturate:
         raise ValueError(f"integer format {fmt.name} has no overflow encoding: use saturate=True")
     sr = mode == "sr"
@@ -140,6 +138,13 @@ def _setup(x, fmt, mode, rbits, nbits, key, saturate, sr_rule):
     elif rbits is not None or key is not None:
         raise ValueError("rbits and key are for mode='sr'")
     return x, plan, bits_src
+
+
+def _check_representable(fmt: Format, dtype: torch.dtype) -> None:
+    """Refuse a format whose values ``dtype`` cannot all hold (NumPy's rule and message)."""
+    if not _representable(fmt, _src_for(_NP_DTYPE[dtype])):
+        raise ValueError(f"{fmt.name} values are not all representable in {dtype}; "
+                         "pass float32 or float64 input")
 
 
 def _as_tensor(x) -> torch.Tensor:
