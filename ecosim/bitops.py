@@ -42,6 +42,7 @@ M32A, M32B = 0x7FEB352D, 0x846CA68B
 _WORDS: dict = {4: {}, 8: {}}
 _WORD_TYPES = {4: np.uint32, 8: np.uint64}
 _WORDS_MAX = 4096  # per width: keys and counters bring new values, so the memo is cleared
+_right_shift, _add = np.right_shift, np.add
 
 
 def _np_word(v: int, itemsize: int):
@@ -57,19 +58,27 @@ def _np_word(v: int, itemsize: int):
 
 class NumpyWords:
     """The word shim of NumPy: unsigned words (``uint32`` or ``uint64``), whose right shift is
-    already logical."""
+    already logical.
+
+    The memo of constants is read in each method itself (:func:`_np_word` fills it): the rules
+    call the shim a few dozen times per call on arrays of a few hundred words, where a Python
+    call costs as much as the arithmetic.
+    """
 
     @staticmethod
     def shr(x: np.ndarray, s: int, out: np.ndarray) -> None:
-        np.right_shift(x, _np_word(s, x.itemsize), out=out)
+        w = _WORDS[x.itemsize].get(s)
+        _right_shift(x, _np_word(s, x.itemsize) if w is None else w, out=out)
 
     @staticmethod
     def word(v: int, like: np.ndarray):
-        return _np_word(v, like.itemsize)
+        w = _WORDS[like.itemsize].get(v)
+        return _np_word(v, like.itemsize) if w is None else w
 
     @staticmethod
     def add(x: np.ndarray, v: int, out: np.ndarray) -> None:
-        np.add(x, _np_word(v, x.itemsize), out=out)
+        w = _WORDS[x.itemsize].get(v)
+        _add(x, _np_word(v, x.itemsize) if w is None else w, out=out)
 
     @staticmethod
     def peak(x: np.ndarray) -> int:

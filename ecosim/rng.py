@@ -109,13 +109,17 @@ def fill_bits(seed: int, counter: int, out: np.ndarray) -> np.ndarray:
     out = out.reshape(-1)
     n = out.size
     k0, k1 = seed & _MASK32, seed >> 32
-    t = np.empty(min(n, _BLOCK), np.uint32)
     lo = counter & _MASK32
-    # one block (what counter_blocks yields when n fits in a block and the low word does not
-    # wrap), without the generator: most draws are of a few thousand values
-    blocks = ([(0, n, lo, (counter & _MASK64) >> 32)] if 0 < n <= _BLOCK and lo + n <= 1 << 32
-              else counter_blocks(counter, n, _BLOCK))
-    for pos, m, lo, hi in blocks:
+    if 0 < n <= _BLOCK and lo + n <= 1 << 32:
+        # one block (what counter_blocks yields when n fits in a block and the low word does
+        # not wrap), without the generator and its slices: most draws are of a few thousand
+        # values, and the high counter word is almost always 0 (its key word is then _HI0)
+        hi = (counter & _MASK64) >> 32
+        hash_block(out, _BASE, lo, k0, k1 ^ (_HI0 if hi == 0 else mix32_int(hi + GOLDEN32)),
+                   np.empty(n, np.uint32), NUMPY_WORDS)
+        return out
+    t = np.empty(min(n, _BLOCK), np.uint32)
+    for pos, m, lo, hi in counter_blocks(counter, n, _BLOCK):
         # no wrap: lo + m <= 2**32
         hash_block(out[pos:pos + m], _BASE, lo, k0, k1 ^ mix32_int(hi + GOLDEN32), t[:m],
                    NUMPY_WORDS)
@@ -164,6 +168,7 @@ def seed_and_counter(key) -> tuple[int, int]:
 
 _BLOCK = 1 << 15
 _BASE = np.arange(_BLOCK, dtype=np.uint32)
+_HI0 = mix32_int(GOLDEN32)  # the key word of the high counter word 0
 
 
 @functools.lru_cache(maxsize=4096)
