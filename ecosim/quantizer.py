@@ -11,17 +11,16 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 
 from ._checks import check_bool, native, scale_error
-from .formats import Format, decode_bits, get
+from .formats import Format, get
 from .rounding import (_CHUNK, MODES, SR_RULES, _chunk_bits, _kernel, _prepare, _random_source,
                        quantize)
 from .quantizer_rows import code_pending, fused_rows
-from .rounding_codes import _code_kernel
+from .rounding_codes import _code_kernel, _code_values, _decode_table, _pack
 
 __all__ = ["Quantizer", "QuantizerConfig", "Encoded", "SCALE_RULES", "POW2_RULES"]
 
@@ -42,6 +41,7 @@ class _ShapeInfo(NamedTuple):
     C: int
     kind: str
     tiny: np.floating  # np.finfo(dt).tiny
+    rho: np.floating  # the format's max in dt (Format.max is computed on every access)
 
 
 @dataclass(frozen=True)
@@ -200,14 +200,15 @@ class Quantizer(QuantizerConfig):
     def _scales_dtype(xb: np.ndarray) -> np.dtype:
         return xb.dtype if xb.dtype in (np.float32, np.float64) else np.dtype(np.float32)
 
-    def _scales(self, xb: np.ndarray, axes: tuple, dt=None, tiny=None) -> np.ndarray:
+    def _scales(self, xb: np.ndarray, axes: tuple, dt=None, tiny=None, rho=None) -> np.ndarray:
         """Scales of the blocks of ``xb`` (reduced over ``axes``) in the scales' dtype ``dt``
-        (``dt`` and ``tiny``, ``np.finfo(dt).tiny``, passed by callers that know them)."""
+        (``dt``, ``tiny`` and ``rho``, as :meth:`_absmax_scales` takes them, passed by callers
+        that know them)."""
         dt = self._scales_dtype(xb) if dt is None else dt
         if self.fixed:
             return np.full((1,) * xb.ndim, self.scale, dtype=dt)
         a = np.abs(xb.astype(dt, copy=False))
-        amax = a.max(axis=axes, keepdims=True, initial=0.0)
+        amax = np.maximum.reduce(a, axis=axes, keepdims=True, initial=0.0)  # what a.max calls
         # NaN and inf show in their block's maximum, and in the maximum of those
         if not math.isfinite(np.maximum.reduce(amax, axis=None, initial=0.0)):
             raise _nonfinite(xb)
@@ -220,17 +221,18 @@ class Quantizer(QuantizerConfig):
             zero = amax == 0
             s = np.maximum(s, tiny)  # an underflowing scale: the smallest normal
             return np.where(zero, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
-        return self._absmax_scales(amax, dt, tiny)
+        return self._absmax_scales(amax, dt, tiny, rho)
 
-    def _absmax_scales(self, amax: np.ndarray, dt: np.dtype, tiny=None) -> np.ndarray:
+    def _absmax_scales(self, amax: np.ndarray, dt: np.dtype, tiny=None, rho=None) -> np.ndarray:
         """Scales of blocks of absolute maximum ``amax`` (finite) under ``absmax``/``absmax_pow2``
-        (``tiny``: ``np.finfo(dt).tiny``, passed by callers in a loop)."""
+        (``tiny``: ``np.finfo(dt).tiny``, ``rho``: ``dt.type(self.rho)``, passed by callers in
+        a loop)."""
         if self.scale == "absmax":
-            tiny = np.finfo(dt).tiny if tiny is None else tiny
-            s = np.maximum(amax / dt.type(self.rho), tiny)  # never 0 nor subnormal
+            s = np.maximum(amax / (dt.type(self.rho) if rho is None else rho),
+                           np.finfo(dt).tiny if tiny is None else tiny)  # never 0 nor subnormal
         else:
             s = self._pow2(amax)
-        if amax.all():  # no block of zeros
+        if np.count_nonzero(amax) == amax.size:  # no block of zeros (amax.all(), faster)
             return s.astype(dt, copy=False)
         return np.where(amax == 0, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
 
@@ -306,7 +308,7 @@ class Quantizer(QuantizerConfig):
             plan = _prepare(self.fmt, dt, sr, self.nbits if sr else 32, self.saturate,
                             self.sr_rule if sr else "floor")
             info = _ShapeInfo(xb.shape, axes, dt, plan, *self._layout(x.shape),
-                              np.finfo(dt).tiny)
+                              np.finfo(dt).tiny, dt.type(self.rho))
             self._remember(x, info)
         dt, plan, R, C, kind = info.dt, info.plan, info.R, info.C, info.kind
         bits_src = None
@@ -317,7 +319,7 @@ class Quantizer(QuantizerConfig):
         if not codes_out and n <= _CHUNK:  # one chunk: whole-array steps cost fewer calls
             xw = xb.astype(dt, copy=False)
             if s is None:
-                s = self._scales(xb, info.axes, dt, info.tiny)
+                s = self._scales(xb, info.axes, dt, info.tiny, info.rho)
             y = (xw / s).reshape(-1)
             c = np.empty(n, dt)
             _kernel(plan, y, c, _chunk_bits(bits_src, 0, n))
@@ -363,7 +365,7 @@ class Quantizer(QuantizerConfig):
                 am = amax[g0:g1]
                 if not np.isfinite(am).all():
                     raise _nonfinite(xb)
-                sg = s2[g0:g1] = self._absmax_scales(am, dt, info.tiny)
+                sg = s2[g0:g1] = self._absmax_scales(am, dt, info.tiny, info.rho)
                 # max |y| of a row is amax / s exactly (the division is monotone)
                 no_over = y_hi is not None and bool((am / sg).max() <= y_hi)
             for i0, i1, j0, j1 in _chunks(g1 - g0, C):
@@ -524,45 +526,6 @@ def _groups(R: int, C: int, fuse: bool):
 
 def _nonfinite(xb: np.ndarray) -> Exception:
     return scale_error(int((~np.isfinite(xb)).sum()), xb.dtype)
-
-
-def _pack(codes: np.ndarray, bits: int, n: int) -> np.ndarray:
-    """:func:`ecosim.formats.pack` of the first ``n`` codes (``codes`` holds zeros after them
-    and at least 3 more elements), by shifts of 16- or 32-bit words."""
-    per = 8 // bits
-    m = -(-n // per)  # bytes
-    if bits == 4:
-        w = codes[:2 * m].view(np.uint16)
-        w = w | (w >> np.uint16(4))
-    else:
-        w = codes[:4 * m].view(np.uint32)
-        w = w | (w >> np.uint32(6)) | (w >> np.uint32(12)) | (w >> np.uint32(18))
-    return w.astype(np.uint8)
-
-
-def _code_values(codes: np.ndarray, fmt: Format, work: np.dtype) -> np.ndarray:
-    """:func:`~ecosim.formats.decode_bits` of ``codes`` in ``work`` (a NaN code gives the
-    positive quiet NaN, as :func:`ecosim.formats.decode` and the torch backend give it)."""
-    return decode_bits(np.asarray(codes).astype(np.int64), fmt).astype(work)
-
-
-@lru_cache(maxsize=64)
-def _decode_table(fmt: Format, work: np.dtype, bits: int) -> np.ndarray:
-    """Values (``work``) of every code: indexed by an 8- or 16-bit code (``bits`` 8 or 16), or by
-    a byte of packed 4- or 2-bit codes (``bits`` 4 or 2: one element of 2 or 4 values, lowest
-    code first, viewed as a single wider item so that one ``take`` decodes a byte)."""
-    if bits in (8, 16):
-        t = _code_values(np.arange(1 << bits, dtype=np.int64), fmt, work)
-    else:
-        per = 8 // bits
-        byte = np.arange(256, dtype=np.int64)[:, None]
-        shifts = np.arange(per, dtype=np.int64) * bits
-        t = _code_values((byte >> shifts) & ((1 << bits) - 1), fmt, work)
-        size = t.itemsize * per
-        item = {4: np.uint32, 8: np.uint64, 16: np.complex128}.get(size, (np.void, size))
-        t = np.ascontiguousarray(t).view(np.dtype(item)).reshape(256)
-    t.setflags(write=False)
-    return t
 
 
 def _dequantize(codes: np.ndarray, s: np.ndarray, dtype: np.dtype) -> np.ndarray:

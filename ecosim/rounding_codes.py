@@ -6,14 +6,18 @@ mantissa fields up to a bias difference, so :class:`ecosim.Quantizer` (``encode`
 low-precision storage in the same chunked pass as the rounding, bit-identical to
 :func:`ecosim.formats.encode` of the rounded values. The inputs off that fast path (below the
 smallest normal, past max, inf, NaN) are rounded by the value kernel and converted
-(:func:`_candidate_codes`, :func:`_codes_of_bits`).
+(:func:`_candidate_codes`, :func:`_codes_of_bits`). The storage of codes (packing 2- and 4-bit
+codes into bytes, the tables that decode them) is here as well.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .bitops import NUMPY_WORDS, add_rounding
+from .formats import Format, decode_bits
 from .rounding import _absmask, _float_kernel, _int_kernel, _Plan, _small_values
 
 
@@ -197,3 +201,43 @@ def _int_code_kernel(plan: _Plan, x: np.ndarray, codes: np.ndarray, rbits) -> No
         np.copyto(codes, vals.astype(np.int64) & ((1 << fmt.storage_bits) - 1), casting="unsafe")
     if fmt.storage_bits < 8 * codes.dtype.itemsize:
         codes &= codes.dtype.type((1 << fmt.storage_bits) - 1)
+
+
+# -- storage of codes (ecosim.Quantizer.encode and decode) -------------------------------------
+def _pack(codes: np.ndarray, bits: int, n: int) -> np.ndarray:
+    """:func:`ecosim.formats.pack` of the first ``n`` codes (``codes`` holds zeros after them
+    and at least 3 more elements), by shifts of 16- or 32-bit words."""
+    per = 8 // bits
+    m = -(-n // per)  # bytes
+    if bits == 4:
+        w = codes[:2 * m].view(np.uint16)
+        w = w | (w >> np.uint16(4))
+    else:
+        w = codes[:4 * m].view(np.uint32)
+        w = w | (w >> np.uint32(6)) | (w >> np.uint32(12)) | (w >> np.uint32(18))
+    return w.astype(np.uint8)
+
+
+def _code_values(codes: np.ndarray, fmt: Format, work: np.dtype) -> np.ndarray:
+    """:func:`~ecosim.formats.decode_bits` of ``codes`` in ``work`` (a NaN code gives the
+    positive quiet NaN, as :func:`ecosim.formats.decode` and the torch backend give it)."""
+    return decode_bits(np.asarray(codes).astype(np.int64), fmt).astype(work)
+
+
+@lru_cache(maxsize=64)
+def _decode_table(fmt: Format, work: np.dtype, bits: int) -> np.ndarray:
+    """Values (``work``) of every code: indexed by an 8- or 16-bit code (``bits`` 8 or 16), or by
+    a byte of packed 4- or 2-bit codes (``bits`` 4 or 2: one element of 2 or 4 values, lowest
+    code first, viewed as a single wider item so that one ``take`` decodes a byte)."""
+    if bits in (8, 16):
+        t = _code_values(np.arange(1 << bits, dtype=np.int64), fmt, work)
+    else:
+        per = 8 // bits
+        byte = np.arange(256, dtype=np.int64)[:, None]
+        shifts = np.arange(per, dtype=np.int64) * bits
+        t = _code_values((byte >> shifts) & ((1 << bits) - 1), fmt, work)
+        size = t.itemsize * per
+        item = {4: np.uint32, 8: np.uint64, 16: np.complex128}.get(size, (np.void, size))
+        t = np.ascontiguousarray(t).view(np.dtype(item)).reshape(256)
+    t.setflags(write=False)
+    return t
