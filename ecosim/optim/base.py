@@ -64,7 +64,7 @@ from .diagnostics import StepDiagnostics
 from .policies import (ADAMW_SCHEMES, SCHEMES, _check_beta, _make_schedule, _resolve_weights,
                        compensation_quantizer, on_grid, resolve_states, state_quantizer,
                        weights_dict)
-from .schemes import REGISTRY, Scheme, get, injection, names_for
+from .schemes import BUFFER_STORAGE, REGISTRY, Scheme, get, names_for
 
 __all__ = [
     "ADAMW_SCHEMES",
@@ -263,42 +263,12 @@ class QuantizedOptimizer:
             return q(x, key=key, scales=q.scales(prev))
         return _apply(q, x, key)
 
-    def _write_scheme(self, sch: Scheme, name: str, w: np.ndarray, tt: np.ndarray,
-                      q: Quantizer | None, ctx: StepContext, out: dict) -> tuple[np.ndarray, Any]:
-        """The weight write of every optimizer, once ``theta_tilde`` (``tt``) is computed.
-
-        Rounds ``tt`` (``master``: its stored master copy) onto the weight grid, records the
-        diagnostics, keeps the master copy or the Kahan compensation in ``out``, and returns
-        ``(new weights, e)`` with ``e = theta_tilde - q(theta_tilde)`` for the schemes that use
-        the error next (:attr:`Scheme.keeps_error`), else ``e = None``. ``tt`` may be
-        overwritten.
-        """
-        if not sch.quantized:
-            if ctx.diag is not None:
-                ctx.diag.add(name, w, tt, tt, False)
-            return tt, None
-        if sch.after == "master":
-            tt = self._qstate("master", tt, ctx, name)  # the stored master copy
-        new_w = self._write(q, tt, w, ctx, name)
-        if ctx.diag is not None:
-            ctx.diag.add(name, w, new_w, tt, True)
-        if sch.after == "master":
-            out["master"] = tt
-            return new_w, None
-        if sch.after == "drop":
-            return new_w, None
-        e = np.subtract(tt, new_w, out=tt)  # theta_tilde is not needed any more
-        if sch.after == "kahan":
-            out["c"] = self._qcomp(q, e, ctx.key_of(name), "c")
-            return new_w, None
-        return new_w, e
-
     def carry_buffers(self, name: str, w: np.ndarray, q: Quantizer | None, ctx: StepContext,
                       out: dict, prev: dict) -> tuple[np.ndarray, dict] | None:
         """Copies the scheme's buffers (``master``, ``e_prev``, ``c``) from ``prev`` into
         ``out``; when the step's rate is 0 (no write: no rounding, no error, nothing to inject)
         records the diagnostics and returns ``(w, out)``, the step's result, else None."""
-        for k in ("master", "e_prev", "c"):
+        for k in BUFFER_STORAGE:
             if k in prev:
                 out[k] = prev[k]
         if ctx.lr != 0.0:
@@ -311,8 +281,9 @@ class QuantizedOptimizer:
                      q: Quantizer | None, ctx: StepContext, out: dict, m: np.ndarray,
                      prev: dict, gain: Callable[[], tuple], exact: Callable | None = None
                      ) -> tuple[np.ndarray, dict]:
-        """The scheme's write of ``theta_tilde = tt`` and what follows it; returns
-        ``(new weights, out)`` with ``out`` (the new buffers) updated.
+        """The scheme's write of ``theta_tilde = tt`` and what follows it
+        (:meth:`Scheme.write`); returns ``(new weights, out)`` with ``out`` (the new buffers)
+        updated.
 
         Args:
             sch: the parameter's scheme.
@@ -328,34 +299,15 @@ class QuantizedOptimizer:
             exact: ``(m, e_prev, e, ctx, name) -> new m``, the optimizer's exact injection
                 (exact schemes carried through the momentum).
         """
-        new_w, e = self._write_scheme(sch, name, w, tt, q, ctx, out)
-        if e is None:
-            return new_w, out
-        if sch.after == "inject":
-            coef, scale = gain(sch)
-            if coef is None:  # no later step writes: nothing would give it back
-                return new_w, out
-            out["m"] = self._inject(m, injection(e, coef, scale), ctx, name)
-        elif sch.through_momentum(self.linear):
-            out["m"] = exact(m, prev["e_prev"], e, ctx, name)
-            out["e_prev"] = e
-        else:  # error feedback: theta_hat + e_prev is the master
-            out["e_prev"] = e
-        return new_w, out
+        to = _Write(self, name, w, q, ctx, out, m, prev, exact)
+        return sch.write(tt, to, gain, linear=self.linear), out
 
     def init_scheme_buffers(self, name: str, p: np.ndarray, w: np.ndarray,
                             q: Quantizer | None, ctx: StepContext) -> dict:
-        """The scheme's initial buffers: the master copy ``p``, the error ``e_prev = p - w``,
-        the Kahan compensation ``q_c(p - w)``."""
-        out = {}
-        for b in self.scheme_object(name).buffers:
-            if b == "master":
-                out[b] = p
-            elif b == "e_prev":
-                out[b] = p - w
-            else:
-                out[b] = self._qcomp(q, p - w, ctx.key, "init", name, "c")
-        return out
+        """The scheme's initial buffers (:meth:`Scheme.initial_buffers`: the master copy
+        ``p``, the error ``e_prev = p - w``, the Kahan compensation ``q_c(p - w)``)."""
+        return self.scheme_object(name).initial_buffers(
+            p, w, lambda e: self._qcomp(q, e, ctx.key, "init", name, "c"))
 
     def _check_fields(self, moments: tuple[str, ...], betas: tuple[str, ...]) -> None:
         """The checks every optimizer's ``__post_init__`` shares: scheme and weights,
@@ -554,6 +506,44 @@ class QuantizedOptimizer:
         """One update of parameter ``name``: ``(new stored weights, new buffers)`` from the
         stored weights ``w``, the gradient ``g`` and the buffers ``b``."""
         raise NotImplementedError
+
+
+class _Write:
+    """NumPy's :class:`~ecosim.optim.schemes.WriteTarget`: the new buffers go into ``out``
+    (functional: nothing of the previous state is modified), diagnostics into ``ctx.diag``."""
+
+    __slots__ = ("opt", "name", "w", "q", "ctx", "out", "m", "prev", "exact_")
+
+    def __init__(self, opt, name, w, q, ctx, out, m, prev, exact_):
+        self.opt, self.name, self.w, self.q, self.ctx = opt, name, w, q, ctx
+        self.out, self.m, self.prev, self.exact_ = out, m, prev, exact_
+
+    def full(self, tt):
+        if self.ctx.diag is not None:
+            self.ctx.diag.add(self.name, self.w, tt, tt, False)
+        return tt
+
+    def master(self, tt):
+        tt = self.out["master"] = self.opt._qstate("master", tt, self.ctx, self.name)
+        return tt
+
+    def weights(self, tt):
+        new_w = self.opt._write(self.q, tt, self.w, self.ctx, self.name)
+        if self.ctx.diag is not None:
+            self.ctx.diag.add(self.name, self.w, new_w, tt, True)
+        return new_w
+
+    def compensation(self, e):
+        self.out["c"] = self.opt._qcomp(self.q, e, self.ctx.key_of(self.name), "c")
+
+    def inject(self, k):
+        self.out["m"] = self.opt._inject(self.m, k, self.ctx, self.name)
+
+    def exact(self, e):
+        self.out["m"] = self.exact_(self.m, self.prev["e_prev"], e, self.ctx, self.name)
+
+    def error(self, e):
+        self.out["e_prev"] = e
 
 
 def _apply(q: Quantizer, x: np.ndarray, key: int | None) -> np.ndarray:

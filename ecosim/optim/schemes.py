@@ -14,10 +14,15 @@ grid; a *scheme* says the rest (docs/theory.md §4):
   ECO's ``rate * (1 - 1/beta)``, where ``rate`` is one over the step size a momentum entry
   moves the weights by (SGDM: ``1/lr``; AdamW: ``(1 - b1**n) / lr`` times ``d`` element-wise).
 
+The write itself and what follows it are :meth:`Scheme.write`, and the initial buffers
+:meth:`Scheme.initial_buffers`, written once for NumPy arrays and torch tensors: a backend
+only stores what they hand it (a :class:`WriteTarget`: the functional state of
+:class:`ecosim.optim.base.QuantizedOptimizer`, the in-place state of the torch optimizers).
 An optimizer supplies only its direction and its injection gain (see
 :meth:`ecosim.optim.base.QuantizedOptimizer.finish_write`). Adding a scheme is one
-:class:`Scheme` in :data:`REGISTRY` (plus, when it needs a derivation, docs/theory.md); the
-optimizers, the memory formulas and the torch mirror follow it.
+:class:`Scheme` in :data:`REGISTRY` (a new kind of follow-up: one branch of
+:meth:`Scheme.write`; plus, when it needs a derivation, docs/theory.md); the optimizers of
+both backends, the memory formulas and the torch checkpoints follow it.
 
 Example:
     >>> get("kahan").buffers, get("eco").after, get("master").base
@@ -29,10 +34,10 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
-__all__ = ["Scheme", "REGISTRY", "BUFFER_STORAGE", "get", "names_for", "torch_names_for",
-           "all_buffers", "is_eco", "injection"]
+__all__ = ["Scheme", "WriteTarget", "REGISTRY", "BUFFER_STORAGE", "get", "names_for",
+           "torch_names_for", "all_buffers", "is_eco", "injection"]
 
 #: how each extra buffer is stored: ``"state"`` in the optimizer's ``states[name]`` format
 #: (full precision when none is given), ``"full"`` always in full precision, ``"compensation"``
@@ -118,11 +123,6 @@ class Scheme:
         (the injection divides by both)."""
         return self.after in ("inject", "exact")
 
-    @property
-    def keeps_error(self) -> bool:
-        """Whether the write hands the error ``e = theta_tilde - q(theta_tilde)`` on."""
-        return self.after in ("inject", "exact")
-
     def coefficient(self, rate: float, beta: float, decay: float = 1.0) -> float:
         """The injection coefficient for the optimizer's ``rate`` (one over the step a
         momentum entry moves the weights by), momentum coefficient ``beta`` and decoupled
@@ -160,6 +160,95 @@ class Scheme:
         if self.base == "error" and (pending or not self.through_momentum(linear)):
             return w + load("e_prev")
         return w
+
+    def initial_buffers(self, full: Any, w: Any, compensate: Callable[[Any], Any]) -> dict:
+        """The scheme's buffers at initialisation, ``{name: values}`` in :attr:`buffers`'
+        order: the master copy ``full``, the error ``e_prev = full - w`` and the Kahan
+        compensation ``compensate(full - w)`` (the backend's ``q_c``, which may store it).
+
+        Args:
+            full: the full-precision initial weights (on the master grid when it has one).
+            w: the stored weights ``q(full)``.
+            compensate: ``x -> q_c(x)``, called only for ``"c"``.
+        """
+        out = {}
+        for b in self.buffers:
+            if b == "master":
+                out[b] = full
+            elif b == "e_prev":
+                out[b] = full - w
+            else:
+                out[b] = compensate(full - w)
+        return out
+
+    def write(self, tt: Any, to: "WriteTarget", gain: Callable[["Scheme"], tuple], *,
+              linear: bool) -> Any:
+        """The weight write of ``theta_tilde = tt`` and what follows it, on NumPy arrays or
+        torch tensors alike; returns the new stored weights.
+
+        In this order: ``fp`` stores ``tt`` as is; ``master`` first stores ``tt`` as the
+        master copy (in its format); the weights ``q(tt)`` are stored; then ``e = tt -
+        q(tt)``, in place in ``tt``, is kept as Kahan's compensation, injected into the
+        momentum (``m += injection(e, coef, scale)``, ``(coef, scale) = gain(self)``; ``coef``
+        None: nothing is injected, no later step would give it back), or carried exactly:
+        through the momentum (``to.exact``, when :meth:`through_momentum`) and kept as
+        ``e_prev``. ``drop`` and ``master`` forget it.
+
+        Args:
+            tt: ``theta_tilde`` (overwritten).
+            to: where the backend stores each result (:class:`WriteTarget`).
+            gain: ``scheme -> (coef, scale)``, the optimizer's injection gain, called only
+                by injecting schemes: ``coef`` from :meth:`coefficient` at the optimizer's
+                rate, ``scale`` an element-wise factor or None.
+            linear: the optimizer's update is linear in the momentum.
+        """
+        if not self.quantized:
+            return to.full(tt)
+        if self.after == "master":
+            tt = to.master(tt)
+        new_w = to.weights(tt)
+        if self.after in ("master", "drop"):
+            return new_w
+        tt -= new_w  # e = theta_tilde - q(theta_tilde): theta_tilde is not needed any more
+        if self.after == "kahan":
+            to.compensation(tt)
+        elif self.after == "inject":
+            coef, scale = gain(self)
+            if coef is not None:
+                to.inject(injection(tt, coef, scale))
+        else:  # exact: through the momentum, or error feedback (w + e_prev is the master)
+            if self.through_momentum(linear):
+                to.exact(tt)
+            to.error(tt)
+        return new_w
+
+
+class WriteTarget(Protocol):
+    """What a backend does with the results of :meth:`Scheme.write` for one parameter at one
+    step (its SR keys: ``fold_in(key, t, name)`` for the weights, tags ``"master"``,
+    ``"c"``, ``"m_inject"`` for the buffers; see :mod:`ecosim.optim.base`)."""
+
+    def full(self, tt: Any) -> Any:
+        """``fp``: store ``tt`` as the weights unrounded; return them."""
+
+    def master(self, tt: Any) -> Any:
+        """Store ``tt`` as the master copy (in its format); return its stored values."""
+
+    def weights(self, tt: Any) -> Any:
+        """Store ``q(tt)`` as the weights; return the stored values."""
+
+    def compensation(self, e: Any) -> None:
+        """Store Kahan's compensation ``q_c(e)``."""
+
+    def inject(self, k: Any) -> None:
+        """ECO's injection: store ``m + k`` as the momentum (in its format)."""
+
+    def exact(self, e: Any) -> None:
+        """The optimizer's exact injection of ``e`` and the stored ``e_prev`` into ``m``
+        (``e_prev`` still the previous one)."""
+
+    def error(self, e: Any) -> None:
+        """Keep ``e`` as ``e_prev``."""
 
 
 #: every scheme, in the order of ``SCHEMES`` then the optimizer-specific ones

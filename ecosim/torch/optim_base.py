@@ -23,7 +23,7 @@ from ..checks import check_bool
 from ..optim.base import resolve_states as _np_resolve_states
 from ..optim.base import weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer
-from ..optim.schemes import REGISTRY, Scheme, get, injection, is_eco, torch_names_for
+from ..optim.schemes import REGISTRY, Scheme, get, is_eco, torch_names_for
 from .dtensor import (_check_sharded_quantizer, _Shard, _shard_of, _ShardKey, _sr_key,
                       is_dtensor, local_tensor)
 from .nn import _Codec, stored
@@ -271,27 +271,6 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         self.state[p]["w_scales"] = s if s is not None else meta.q.scales(w)  # see encoded()
         return w
 
-    def _write_scheme(self, meta, p, st, w, tt, key, t):
-        """NumPy's ``_write_scheme``: round ``tt`` onto the weight grid per scheme; returns
-        ``e = tt - q(tt)`` for the schemes that keep the error (``tt`` is overwritten), else
-        None."""
-        sch = meta.sch
-        if not sch.quantized:
-            local_tensor(p).copy_(tt)
-            return None
-        name = meta.name
-        if sch.after == "master":
-            tt = self._keep(st, "master", tt, key, t, name, "master")
-        new_w = self._write(meta, p, tt, _sr_key(key, t, name)
-                            if meta.q.mode == "sr" else None)
-        if sch.after in ("master", "drop"):
-            return None
-        e = tt.sub_(new_w)
-        if sch.after == "kahan":
-            self._keep(st, "c", e, key, t, name, "c", codec=meta.comp)
-            return None
-        return e
-
     def _base(self, meta, st, w):
         """Where ``theta_tilde`` starts: the scheme's base (``state["pending"]``: AdamW's
         ``eco_momentum_exact`` before its first write)."""
@@ -300,37 +279,25 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
                                    pending=st.get("pending", False), linear=self._linear)
 
     def _finish_write(self, meta, p, st, w, tt, key, t, m, gain, exact=None):
-        """NumPy's ``finish_write``: the scheme's write of ``tt`` and what follows it.
+        """NumPy's ``finish_write``: the scheme's write of ``tt`` and what follows it
+        (:meth:`~ecosim.optim.schemes.Scheme.write`, storing into ``st`` in place).
         ``gain(sch) -> (coef, scale)`` is the optimizer's ECO injection gain
         (``m += scale * coef * e``, ``coef`` from the scheme's coefficient at the optimizer's
         rate; ``coef`` None: nothing is injected); ``exact(m, e_prev, e)`` stores the exact
         injection into ``m``."""
-        e = self._write_scheme(meta, p, st, w, tt, key, t)
-        if e is None:
-            return
-        sch = meta.sch
-        if sch.after == "inject":
-            coef, scale = gain(sch)
-            if coef is None:  # no later step writes: nothing would give it back
-                return
-            self._inject(st, m, injection(e, coef, scale), key, t, meta.name)
-        elif sch.through_momentum(self._linear):
-            exact(m, st["e_prev"], e)
-            st["e_prev"] = e
-        else:  # error feedback: w + e_prev is the master
-            st["e_prev"] = e
+        meta.sch.write(tt, _Write(self, meta, p, st, key, t, m, exact), gain,
+                       linear=self._linear)
 
     def _init_scheme_state(self, st, group, meta, full, w):
-        """The scheme's initial buffers (NumPy's ``init_scheme_buffers``)."""
-        for b in meta.sch.buffers:
-            if b == "master":
-                if "master" not in self.states:
-                    st["master"] = full
-            elif b == "e_prev":
-                st["e_prev"] = full - w
-            else:
-                self._keep(st, "c", full - w, self._key(group, meta), "init", meta.name, "c",
-                           codec=meta.comp)
+        """The scheme's initial buffers (:meth:`~ecosim.optim.schemes.Scheme.initial_buffers`,
+        as NumPy's ``init_scheme_buffers``); a low-precision buffer's codes are stored as it is
+        rounded (the master copy's before the first weight write, Kahan's ``c`` here)."""
+        key = self._key(group, meta)
+        bufs = meta.sch.initial_buffers(full, w, lambda e: self._keep(
+            st, "c", e, key, "init", meta.name, "c", codec=meta.comp))
+        for b, x in bufs.items():
+            if b not in st:
+                st[b] = x
 
     def _weights_of(self, meta, p):
         return meta.layer.read() if meta.layer is not None else local_tensor(p).detach()
@@ -447,6 +414,43 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
 
     def _check_group(self, group):
         pass
+
+
+class _Write:
+    """The torch optimizers' :class:`~ecosim.optim.schemes.WriteTarget`: stores into the
+    parameter (or its layer's codes) and its state ``st`` in place; ``exact_(m, e_prev, e)``
+    is the optimizer's exact injection."""
+
+    __slots__ = ("opt", "meta", "p", "st", "key", "t", "m", "exact_")
+
+    def __init__(self, opt, meta, p, st, key, t, m, exact_):
+        self.opt, self.meta, self.p, self.st, self.key = opt, meta, p, st, key
+        self.t, self.m, self.exact_ = t, m, exact_
+
+    def full(self, tt):
+        local_tensor(self.p).copy_(tt)
+        return tt
+
+    def master(self, tt):
+        return self.opt._keep(self.st, "master", tt, self.key, self.t, self.meta.name, "master")
+
+    def weights(self, tt):
+        meta = self.meta
+        return self.opt._write(meta, self.p, tt, _sr_key(self.key, self.t, meta.name)
+                               if meta.q.mode == "sr" else None)
+
+    def compensation(self, e):
+        self.opt._keep(self.st, "c", e, self.key, self.t, self.meta.name, "c",
+                       codec=self.meta.comp)
+
+    def inject(self, k):
+        self.opt._inject(self.st, self.m, k, self.key, self.t, self.meta.name)
+
+    def exact(self, e):
+        self.exact_(self.m, self.st["e_prev"], e)
+
+    def error(self, e):
+        self.st["e_prev"] = e
 
 
 def _resolve_weights(weights):
