@@ -40,8 +40,10 @@ class _ShapeInfo(NamedTuple):
     R: int  # the flat array as R rows of C, scaled per "row", "col" or "one" (_layout)
     C: int
     kind: str
-    tiny: np.floating  # np.finfo(dt).tiny
-    rho: np.floating  # the format's max in dt (Format.max is computed on every access)
+    # np.finfo(dt).tiny and the format's max (rho) in dt, as read-only 0-d arrays (cheaper
+    # operands than NumPy scalars); Format.max is computed on every access
+    tiny: np.ndarray
+    rho: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -308,7 +310,7 @@ class Quantizer(QuantizerConfig):
             plan = _prepare(self.fmt, dt, sr, self.nbits if sr else 32, self.saturate,
                             self.sr_rule if sr else "floor")
             info = _ShapeInfo(xb.shape, axes, dt, plan, *self._layout(x.shape),
-                              np.finfo(dt).tiny, dt.type(self.rho))
+                              *(_constant(v, dt) for v in (np.finfo(dt).tiny, self.rho)))
             self._remember(x, info)
         dt, plan, R, C, kind = info.dt, info.plan, info.R, info.C, info.kind
         bits_src = None
@@ -522,6 +524,13 @@ def _groups(R: int, C: int, fuse: bool):
     step = 8 * max(1, _CHUNK // C)
     for g in range(0, R, step):
         yield g, min(g + step, R)
+
+
+def _constant(v, dt: np.dtype) -> np.ndarray:
+    """``v`` in ``dt`` as a read-only 0-d array."""
+    a = np.array(v, dt)
+    a.flags.writeable = False
+    return a
 
 
 def _nonfinite(xb: np.ndarray) -> Exception:

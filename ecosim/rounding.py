@@ -337,7 +337,7 @@ def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=Fa
     src = plan.src
     U = src.udtype.type
     b = x.view(src.udtype)
-    a = b & U(_absmask(src))  # magnitude bits: monotone in |x|
+    a = b & NUMPY_WORDS.word(_absmask(src), b)  # magnitude bits: monotone in |x|
     sign = b ^ a
     r = out.view(src.udtype)  # the rounded magnitude is built in place in the output
     # the carry out of the dropped bits, then truncation, is the rounding (ecosim.bitops)
