@@ -103,8 +103,12 @@ def _leaves(tree) -> list[np.ndarray]:
 
 
 def _sq_norm(tree) -> float:
-    return float(sum(np.dot(a.ravel().astype(np.float64), a.ravel().astype(np.float64))
-                     for a in _leaves(tree)))
+    """Sum over the leaves (sorted) of each one's float64 dot product with itself."""
+    total = 0
+    for a in _leaves(tree):
+        f = a.ravel().astype(np.float64)  # one fresh float64 copy, dotted with itself
+        total = total + np.dot(f, f)
+    return float(total)
 
 
 def _dist2(params, optimum) -> float:
@@ -139,8 +143,9 @@ def initial_point(problem, optimizer, key: int, params=None) -> tuple:
 def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | None = None,
           log_every: int | None = 1, eval_every: int | None = None,
           callbacks: Sequence[Callable] = (), stop: Callable | None = None,
-          diagnostics: bool = False, diverge_on_loss: bool = False,
-          progress: bool | None = False, params=None) -> History:
+          diagnostics: bool | Sequence[str] = False, diverge_on_loss: bool = False,
+          progress: bool | None = False, params=None,
+          fields: Sequence[str] | None = None) -> History:
     """Train ``problem`` with ``optimizer`` for ``steps`` updates (or until stopped).
 
     Args:
@@ -160,12 +165,20 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
         stop: ``stop(t, record) -> bool``, asked at each logged step after the callbacks;
             True ends the run there (outcome ``"stopped"``, the step's record kept).
         diagnostics: keep the optimizer's diagnostics of every update
-            (:attr:`History.diagnostics`).
+            (:attr:`History.diagnostics`): True for all of :data:`DIAGNOSTICS`, or a
+            sequence of their names: then ``m_over_g``, the only one with a cost of its own
+            (two norms a step), is computed only when named and is NaN otherwise.
         diverge_on_loss: a non-finite batch loss ends the run as diverged before its update
             (by default only a gradient the optimizer refuses does).
         progress: a tqdm bar (None: only on a terminal).
         params: start from these weights instead of ``problem.init`` (they are quantized by
             ``optimizer.init``).
+        fields: the logged quantities to compute, a subset of :data:`FIELDS` (None: all);
+            the others are recorded as NaN (``step``, ``lr``, ``loss``, ``changed_frac`` and
+            ``update_norm`` cost nothing and are always recorded). Leaving out what a caller
+            never reads saves its cost and changes nothing else: the run, its outcome (the
+            logged errors are still checked for finiteness) and the fields computed are the
+            same bit for bit.
 
     Returns:
         A :class:`History`. The run *diverges* (outcome ``"diverged"``, nothing raised) when the
@@ -190,8 +203,9 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
         raise ValueError(f"log_every must be a positive int or None, got {log_every!r}")
     if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
         raise ValueError(f"eval_every must be a positive int or None, got {eval_every!r}")
-    diagnostics = check_bool(diagnostics, "diagnostics")
+    diagnostics, ratio = _check_diagnostics(diagnostics)
     diverge_on_loss = check_bool(diverge_on_loss, "diverge_on_loss")
+    want = _check_fields(fields)
     key = rng.as_key(key)
     params, state = initial_point(problem, optimizer, key, params)
     data_key = rng.fold_in(key, "data")
@@ -226,19 +240,21 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
                 outcome, done = "diverged", t
                 break
             if per_step is not None:
-                _record_step(per_step, t, loss, grads, state_new, diag)
+                _record_step(per_step, t, loss, grads, state_new, diag, ratio)
             e = _error_tree(diag["e"], qnames)
             if log_every is not None and (t % log_every == 0 or t == steps - 1):
-                metrics = _error_metrics(e_prev, e)
+                metrics = _error_metrics(e_prev, e, want)
                 if metrics is None:
                     outcome, done = "diverged", t
                     break
                 rec = {"step": t, "lr": diag["lr"], "loss": loss,
-                       "grad_norm": math.sqrt(_sq_norm(grads)),
+                       "grad_norm": (math.sqrt(_sq_norm(grads)) if "grad_norm" in want
+                                     else math.nan),
                        "val_loss": (problem.val_loss(params_new)
-                                    if has_val and (t % every_val == 0 or t == steps - 1)
+                                    if has_val and "val_loss" in want
+                                    and (t % every_val == 0 or t == steps - 1)
                                     else math.nan),
-                       "dist2": _dist2(params_new, optimum),
+                       "dist2": _dist2(params_new, optimum) if "dist2" in want else math.nan,
                        "changed_frac": diag["changed_frac"],
                        "update_norm": diag["update_norm"], **metrics}
                 for f in FIELDS:
@@ -301,10 +317,26 @@ def _diagnosed_updates(optimizer, steps: int, log_every: int | None) -> set[int]
     return wanted
 
 
-def _record_step(per_step: dict, t: int, loss, grads, state, diag: dict) -> None:
-    """Append one update's diagnostics (:data:`DIAGNOSTICS`)."""
-    m = getattr(state, "m", None)
-    gn = _norm_in_order(grads)
+def _check_diagnostics(diagnostics) -> tuple[bool, bool]:
+    """:func:`train`'s ``diagnostics`` as (keep a per-step record, compute ``m_over_g``)."""
+    if isinstance(diagnostics, (bool, np.bool_)):
+        return bool(diagnostics), bool(diagnostics)
+    if isinstance(diagnostics, str) or not isinstance(diagnostics, (tuple, list, frozenset, set)):
+        raise TypeError(f"diagnostics must be a bool or a sequence of names from DIAGNOSTICS, "
+                        f"got {diagnostics!r}")
+    unknown = sorted(set(diagnostics) - set(DIAGNOSTICS))
+    if unknown:
+        raise ValueError(f"diagnostics must be names from DIAGNOSTICS {DIAGNOSTICS}, "
+                         f"got {unknown}")
+    return True, "m_over_g" in diagnostics
+
+
+def _record_step(per_step: dict, t: int, loss, grads, state, diag: dict,
+                 with_ratio: bool = True) -> None:
+    """Append one update's diagnostics (:data:`DIAGNOSTICS`; ``m_over_g`` NaN unless
+    ``with_ratio``)."""
+    m = getattr(state, "m", None) if with_ratio else None
+    gn = _norm_in_order(grads) if m is not None else 0.0
     ratio = _norm_in_order(m) / gn if m is not None and gn > 0 else math.nan
     for f, v in (("step", t), ("loss", loss), ("m_over_g", ratio)):
         per_step[f].append(v)
@@ -326,8 +358,24 @@ def _quantized_names(optimizer, params) -> list[str] | None:
     return names
 
 
-def _error_metrics(e_prev, e) -> dict | None:
-    """The logged error metrics; None when the errors compared are non-finite."""
+def _check_fields(fields) -> frozenset[str]:
+    """:func:`train`'s ``fields`` as a set (None: all of :data:`FIELDS`)."""
+    if fields is None:
+        return frozenset(FIELDS)
+    if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+        raise TypeError(f"fields must be a sequence of names from FIELDS, got {fields!r}")
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"fields must be names from FIELDS {FIELDS}, got {unknown}")
+    return frozenset(fields)
+
+
+_SIMILARITY = ("cos_e", "norm_ratio_e", "rel_diff_e")
+
+
+def _error_metrics(e_prev, e, want=frozenset(FIELDS)) -> dict | None:
+    """The logged error metrics named in ``want`` (the others NaN); None when the errors
+    compared are non-finite (checked whatever ``want`` is: it is the divergence rule)."""
     nan = {"mean_e2": math.nan, "cos_e": math.nan, "norm_ratio_e": math.nan,
            "rel_diff_e": math.nan}
     if e is None or (isinstance(e, dict) and not e):
@@ -335,12 +383,15 @@ def _error_metrics(e_prev, e) -> dict | None:
     leaves = _leaves(e)
     n = sum(a.size for a in leaves)
     out = dict(nan)
-    out["mean_e2"] = _sq_norm(e) / n if n else math.nan
+    if "mean_e2" in want:
+        out["mean_e2"] = _sq_norm(e) / n if n else math.nan
     if e_prev is not None:
         if not all(np.isfinite(a).all() for a in _leaves(e_prev) + leaves):
             return None
-        s = error_similarity(e_prev, e)
-        out.update(cos_e=s.cosine, norm_ratio_e=s.norm_ratio, rel_diff_e=s.rel_diff)
+        if not want.isdisjoint(_SIMILARITY):
+            s = error_similarity(e_prev, e)
+            out.update((k, v) for k, v in zip(_SIMILARITY, (s.cosine, s.norm_ratio, s.rel_diff))
+                       if k in want)
     return out
 
 

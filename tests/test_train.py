@@ -198,3 +198,80 @@ def test_updates_without_diagnostics_give_the_same_run(opt_name):
         assert_array_equal(fast.params[name], ref.params[name])
         assert_array_equal(fast.state.m[name], ref.state.m[name])
     assert (fast.final_val_loss, fast.outcome) == (ref.final_val_loss, ref.outcome)
+
+
+def test_fields_compute_only_what_is_asked_and_change_nothing_else():
+    # fields=... skips the logged quantities a caller never reads: the run, its outcome and
+    # the fields kept are bit for bit those of the full record, the others NaN.
+    prob = problems.Quadratic(16, L=1.0, grad_noise=0.01)
+    opt = optim.sgdm(0.1, 0.9, scheme="eco", weights=Quantizer("int8", "sr", scale=2.0**-6))
+    full = train(prob, opt, 60, key=4, log_every=3)
+    kept = ("dist2", "mean_e2")
+    some = train(prob, opt, 60, key=4, log_every=3, fields=kept)
+    always = ("step", "lr", "loss", "changed_frac", "update_norm")
+    for f in FIELDS:
+        if f in kept + always:
+            assert_array_equal(some[f], full[f])
+        else:
+            assert np.isnan(some[f]).all()
+            assert f == "val_loss" or np.isfinite(full[f][1:]).all()  # (no validation set)
+    assert_array_equal(some.params, full.params)
+    assert (some.outcome, some.final_loss) == (full.outcome, full.final_loss)
+    cos = train(prob, opt, 60, key=4, log_every=3, fields=("cos_e",))
+    assert_array_equal(cos["cos_e"], full["cos_e"])
+    assert np.isnan(cos["norm_ratio_e"]).all() and np.isnan(cos["dist2"]).all()
+
+
+class _NaNErrors:
+    """sgdm whose reported rounding error turns NaN from update ``at`` on (the weights stay
+    finite): only the check of the compared errors can call that run diverged."""
+
+    def __init__(self, at: int):
+        self.inner, self.at = optim.sgdm(0.1, 0.9, scheme="eco", weights=FIXED), at
+
+    def init(self, params, key):
+        return self.inner.init(params, key=key)
+
+    def step(self, params, grads, state, diagnostics=False):
+        out = self.inner.step(params, grads, state, diagnostics=diagnostics)
+        if diagnostics and state.step >= self.at:
+            out[2]["e"] = out[2]["e"] * np.nan
+        return out
+
+
+def test_fields_keep_the_divergence_rule():
+    # the finiteness check of the compared errors is the divergence rule, not a metric: a
+    # run that records none of the error metrics still diverges where the full one does
+    prob = problems.Quadratic(8)
+    full = train(prob, _NaNErrors(6), 20, key=0)
+    some = train(prob, _NaNErrors(6), 20, key=0, fields=("dist2",))
+    assert (full.outcome, full.stopped_at) == ("diverged", 6)
+    assert (some.outcome, some.stopped_at) == (full.outcome, full.stopped_at)
+    assert_array_equal(some["dist2"], full["dist2"])
+
+
+@pytest.mark.parametrize("fields,error", [(("dist2", "nope"), ValueError), ("dist2", TypeError),
+                                          ((1,), TypeError)])
+def test_bad_fields(fields, error):
+    with pytest.raises(error):
+        train(problems.Quadratic(4), optim.sgdm(0.1, scheme="fp"), 5, fields=fields)
+
+
+def test_diagnostics_by_name_skip_only_m_over_g():
+    prob = problems.MLP((8, 16, 4), n_train=128, n_val=32, key=0)
+    q = Quantizer("e4m3", "sr", granularity="row")
+    opt = optim.adamw(3e-3, scheme="eco", weights={n: q for n in prob.quantized_names("all")})
+    kw = dict(key=1, batch_size=16, log_every=None)
+    full = train(prob, opt, 10, diagnostics=True, **kw)
+    names = tuple(f for f in DIAGNOSTICS if f != "m_over_g")
+    some = train(prob, opt, 10, diagnostics=names, **kw)
+    for f in names:
+        assert_array_equal(some.diagnostics[f], full.diagnostics[f])
+    assert np.isnan(some.diagnostics["m_over_g"]).all()
+    assert np.isfinite(full.diagnostics["m_over_g"]).all()
+    assert_array_equal(train(prob, opt, 10, diagnostics=list(DIAGNOSTICS), **kw)
+                       .diagnostics["m_over_g"], full.diagnostics["m_over_g"])
+    with pytest.raises(ValueError):
+        train(prob, opt, 2, diagnostics=("loss", "nope"), **kw)
+    with pytest.raises(TypeError):
+        train(prob, opt, 2, diagnostics="loss", **kw)
