@@ -447,3 +447,32 @@ def test_mlp_digits():
     assert np.isfinite(m.val_loss(params))
     assert repr(m).startswith("MLP.digits(hidden=(16,)")
     assert_array_equal(MLP.digits(n_val=300, key=1).y_val, m.y_val)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("d", [2, 3, 16])
+def test_rosenbrock_loss_and_grad_is_loss_and_grad_bit_for_bit(d, dtype):
+    # its fused loss_and_grad shares the residual: the same operations, so the same bits
+    r = Rosenbrock(d, a=0.7, b=30.0, dtype=dtype)
+    gen = np.random.default_rng(d)
+    for scale in (1e-3, 1.0, 1e3):
+        for _ in range(20):
+            x = (scale * gen.standard_normal(d)).astype(dtype)
+            value, g = r.loss_and_grad(x)
+            assert value == r.loss(x)
+            assert g.dtype == dtype and g.tobytes() == r.grad(x).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("kw", [{}, {"cond": 50.0, "rotated": True, "key": 3},
+                                {"grad_noise": 0.5}, {"offset": None}])
+def test_quadratic_loss_and_grad_is_loss_and_grad_bit_for_bit(kw, dtype):
+    # its fused loss_and_grad shares z = x - x* and H z: the same operations, so the same bits
+    q = Quadratic(12, dtype=dtype, **kw)
+    gen = np.random.default_rng(5)
+    for step in range(20):
+        x = (10.0 ** (step % 5 - 2) * gen.standard_normal(12)).astype(dtype)
+        batch = q.batch(7, step)
+        value, g = q.loss_and_grad(x, batch)
+        assert value == q.loss(x, batch)
+        assert g.dtype == dtype and g.tobytes() == q.grad(x, batch).tobytes()

@@ -195,6 +195,19 @@ class Quadratic(Problem):
         xi = self._noise(batch)
         return g if xi is None else g + xi
 
+    def loss_and_grad(self, params: Any,
+                      batch: NoiseBatch | None = None) -> tuple[float, np.ndarray]:
+        """``(loss(params, batch), grad(params, batch))`` from one ``z = x - x*`` and one
+        ``H z``: the same operations as the two calls, so the same bits, at about half the cost
+        (the training loop calls it once a step)."""
+        z = self._x(params) - self.optimum
+        hz = self._hz(z)
+        value = 0.5 * np.dot(z, hz)
+        xi = self._noise(batch)
+        if xi is None:
+            return float(value), hz
+        return float(value + np.dot(xi, z)), hz + xi
+
     def batch(self, key: int, step: int, batch_size: int | None = None) -> NoiseBatch | None:
         """The gradient noise of step ``step``: ``None`` when ``grad_noise == 0``.
 

@@ -90,7 +90,19 @@ class Rosenbrock(Problem):
     def grad(self, params: Any, batch: None = None) -> np.ndarray:
         """The exact gradient (class docstring), shape ``(d,)``, in ``dtype``."""
         x = self._x(params, batch)
-        r = x[1:] - x[:-1] ** 2
+        return self._grad(x, x[1:] - x[:-1] ** 2)
+
+    def loss_and_grad(self, params: Any, batch: None = None) -> tuple[float, np.ndarray]:
+        """``(loss(params), grad(params))`` from one check of ``params`` and one residual
+        ``r``: the same operations as the two calls, so the same bits, at about half the
+        per-call overhead (the optimizers' step loop calls it once a step)."""
+        x = self._x(params, batch)
+        xh = x[:-1]
+        r = x[1:] - xh**2
+        loss = float((self.b * r**2 + (self.a - xh) ** 2).sum())
+        return loss, self._grad(x, r)
+
+    def _grad(self, x: np.ndarray, r: np.ndarray) -> np.ndarray:
         g = np.zeros_like(x)
         g[:-1] = -4.0 * self.b * x[:-1] * r - 2.0 * (self.a - x[:-1])
         g[1:] += 2.0 * self.b * r
