@@ -172,21 +172,24 @@ _HI0 = mix32_int(GOLDEN32)  # the key word of the high counter word 0
 
 
 @functools.lru_cache(maxsize=4096)
-def _str_word(data: str) -> int:
-    """The BLAKE2b word of a string (cached: a run folds in the same few names every step)."""
-    return int.from_bytes(hashlib.blake2b(data.encode(), digest_size=8).digest(), "little")
+def _str_mixed(data: str) -> int:
+    """:func:`_data_mixed` of a string (cached: a run folds in the same few names every step)."""
+    return _mix64_int(
+        int.from_bytes(hashlib.blake2b(data.encode(), digest_size=8).digest(), "little") + GOLDEN)
 
 
-def _data_word(data) -> int:
+def _data_mixed(data) -> int:
+    """The data word of an item of :func:`fold_in` (an int mod 2**64, or a string's BLAKE2b
+    word), plus GOLDEN, through the SplitMix64 finaliser."""
     if type(data) is int:
-        return data & _MASK64
+        return _mix64_int((data & _MASK64) + GOLDEN)
     if type(data) is str:
-        return _str_word(data)
+        return _str_mixed(data)
     if isinstance(data, str):
-        return int.from_bytes(hashlib.blake2b(data.encode(), digest_size=8).digest(), "little")
+        return _str_mixed.__wrapped__(data)  # a str subclass: not cached by its value
     if isinstance(data, bool) or not isinstance(data, numbers.Integral):
         raise TypeError(f"fold_in takes an int or a str, got {type(data).__name__}")
-    return int(data) & _MASK64
+    return _mix64_int((int(data) & _MASK64) + GOLDEN)
 
 
 def fold_in(key, *data) -> int:
@@ -198,7 +201,7 @@ def fold_in(key, *data) -> int:
     k = as_key(key)
     for d in data:
         # seed_of(k) without validating k again: it is already a key
-        k = _mix64_int(_mix64_int(k ^ _KEY_SALT) ^ _mix64_int(_data_word(d) + GOLDEN))
+        k = _mix64_int(_mix64_int(k ^ _KEY_SALT) ^ _data_mixed(d))
     return k
 
 

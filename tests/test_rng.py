@@ -1,5 +1,7 @@
 """The counter-based generator: pure function of (key, counter), uniform, uncorrelated."""
 
+import hashlib
+
 import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
@@ -83,6 +85,38 @@ def test_fold_in_and_split():
         rng.fold_in(0, 1.5)
     with pytest.raises(ValueError):
         rng.random_bits(-1, 0, 3)
+
+
+def test_fold_in_equals_its_definition():
+    """fold_in item by item, written out in Python ints: the key's SplitMix64 seed xor the
+    finalised data word (an int mod 2**64, or a string's little-endian BLAKE2b-64 word) plus
+    the golden constant, finalised again. Ints of any integer type, str subclasses (hashed by
+    their characters, as ``str.encode`` gives them) and repeated strings (cached) agree."""
+    m64 = 2**64 - 1
+
+    def mix64(z):
+        z &= m64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m64
+        return z ^ (z >> 31)
+
+    def word(d):
+        if isinstance(d, str):
+            return int.from_bytes(hashlib.blake2b(d.encode(), digest_size=8).digest(), "little")
+        return int(d) & m64
+
+    def fold(k, *data):
+        for d in data:
+            k = mix64(mix64(k ^ 0x5851F42D4C957F2D) ^ mix64(word(d) + 0x9E3779B97F4A7C15))
+        return k
+
+    class Name(str):
+        def __str__(self):
+            return "not used"
+
+    for key, data in [(0, (3, "W0")), (2**64 - 1, (2**70, "m", "c")), (7, (np.int64(5),)),
+                      (7, (Name("W0"),)), (123, ("W0", "W0")), (5, ())]:
+        assert rng.fold_in(key, *data) == fold(key, *data), (key, data)
 
 
 def test_sr_with_keyed_bits_is_unbiased():
