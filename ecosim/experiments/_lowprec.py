@@ -25,7 +25,7 @@ import numpy as np
 from .. import rng
 from ..optim import adamw, muon, warmup_cosine
 from ..problems import MLP, Rosenbrock
-from ..train import initial_point, train
+from ..train import DIAGNOSTICS, initial_point, train
 from .base import (Check, Config, ConfigError, at_least, distinct, interval, non_negative,
                    nonempty, one_of, positive)
 
@@ -35,6 +35,8 @@ __all__ = ["AsMatrix", "PROBLEMS", "OPTIMIZERS", "OptimizerConfig", "SweepConfig
 PROBLEMS = ("rosenbrock", "mlp")
 OPTIMIZERS = ("adamw", "muon")
 CLASSES = ("fine", "degraded", "failed")
+# the per-step diagnostics a run reads without track_momentum: m_over_g costs two norms a step
+_NO_RATIO = tuple(f for f in DIAGNOSTICS if f != "m_over_g")
 
 
 class AsMatrix:
@@ -205,7 +207,8 @@ def run_training(problem, opt, steps: int, *, key: int, batch_size: int | None,
     # A diverging run overflows on its way to inf: that is a result here, not a bug.
     with np.errstate(over="ignore", invalid="ignore"):
         h = train(problem, opt, steps, key=key, batch_size=batch_size, log_every=None,
-                  diagnostics=True, diverge_on_loss=True)
+                  diagnostics=DIAGNOSTICS if track_momentum else _NO_RATIO,
+                  diverge_on_loss=True)
     d = h.diagnostics
     final = h.final_val_loss if has_val else h.final_loss
     diverged = h.diverged

@@ -171,10 +171,11 @@ def eco_adam_breakdown(cfg: EcoAdamConfig, unit: dict) -> dict:
         if unit["part"] == "breakdown":  # per-step traces
             h = train(problem, opt, steps, key=key, batch_size=cfg.batch_size, log_every=1,
                       eval_every=cfg.eval_every, callbacks=[record], stop=too_high,
-                      diverge_on_loss=True)
+                      diverge_on_loss=True, fields=("val_loss",))
         else:  # only the outcome and the final loss (traces left NaN: cheaper)
             h = train(problem, opt, steps, key=key, batch_size=cfg.batch_size,
-                      log_every=cfg.eval_every, stop=too_high, diverge_on_loss=True)
+                      log_every=cfg.eval_every, stop=too_high, diverge_on_loss=True,
+                      fields=("val_loss",))
     final = h.final_val_loss if h.outcome == "completed" else math.nan
     if not (h.outcome == "completed" and math.isfinite(final)):
         outcome = "diverged"

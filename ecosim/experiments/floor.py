@@ -82,7 +82,7 @@ def simulate_floor(scheme: str, lr: float, beta: float, *, mode: str = "sr", d: 
                heavy_ball=heavy_ball)
     prob = Quadratic(d, L=L, key=rng.fold_in(key, "problem") % 2**63, grad_noise=grad_noise)
     log_every = max(1, steps // 4000)
-    h = train(prob, opt, steps, key=key, log_every=log_every)
+    h = train(prob, opt, steps, key=key, log_every=log_every, fields=("dist2", "mean_e2"))
     keep = h["step"] >= burn_frac * steps
     ex2 = h["dist2"][keep] / d
     s2 = h["mean_e2"][keep]

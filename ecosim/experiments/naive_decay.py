@@ -95,7 +95,7 @@ def naive_decay(cfg: NaiveDecayConfig, unit: dict) -> dict:
     opt = sgdm(sched, cfg.beta, scheme=scheme, weights=q)
     prob = Quadratic(cfg.d, L=cfg.L, key=rng.fold_in(cfg.key, "problem") % 2**63,
                      grad_noise=gn)
-    h = train(prob, opt, cfg.steps, key=cfg.key, log_every=1)
+    h = train(prob, opt, cfg.steps, key=cfg.key, log_every=1, fields=("dist2", "mean_e2"))
     edges = np.linspace(0, cfg.steps, cfg.bins + 1).round().astype(int)
     ex2 = window_means(h["dist2"] / cfg.d, edges)
     lr = window_means(h["lr"], edges)
