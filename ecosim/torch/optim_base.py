@@ -1,11 +1,12 @@
 """What the ECO optimizers (:class:`~ecosim.torch.optim.ECOSGD`,
 :class:`~ecosim.torch.optim.ECOAdamW`) share: naming parameters, the initial weight write,
-low-precision buffers (stored as codes, SR keys per buffer), the weight write of every scheme,
-the gradient checks and the step loop. Each optimizer adds its state (``_init_state``) and its
-update (``_step_param``: its direction and its injection gain); which buffers a scheme keeps,
-where its write starts and what follows it are the scheme records of
-:mod:`ecosim.optim.schemes`, shared with NumPy. See :mod:`ecosim.torch.optim` for the rules and
-the SR keys.
+low-precision buffers (stored as codes, SR keys per buffer), where the weight write of every
+scheme stores its results (``_Write``), the gradient checks and the step loop. Each optimizer
+adds its state (``_init_state``) and its update (``_step_param``: its direction and its
+injection gain); which buffers a scheme keeps, where its write starts, the write and what
+follows it are the scheme records of :mod:`ecosim.optim.schemes` (``Scheme.write``,
+``Scheme.initial_buffers``), the same code NumPy runs. See :mod:`ecosim.torch.optim` for the
+rules and the SR keys.
 Checkpoints are :mod:`ecosim.torch.optim_state`'s, diagnostics :mod:`ecosim.torch.optim_diag`'s,
 shard layouts :mod:`ecosim.torch.dtensor`'s.
 """
