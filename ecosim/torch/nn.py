@@ -208,33 +208,48 @@ class _StoredLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, slot, bias, layer):
         dev = x.device.type
-        cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
-        with torch.autocast(dev, enabled=False):
-            w = layer._decode(layer.codes, layer.scales).to(cdt)
-            xc = x.to(cdt)
-            b = bias.to(cdt) if bias is not None else None
-            y = F.linear(xc, w, b)
+        codes, scales = layer.codes, layer.scales
+        if torch.is_autocast_enabled(dev):
+            cdt = torch.get_autocast_dtype(dev)
+            with torch.autocast(dev, enabled=False):
+                w = layer._decode(codes, scales).to(cdt)
+                xc = x.to(cdt)
+                y = F.linear(xc, w, bias.to(cdt) if bias is not None else None)
+        else:
+            # No autocast: no cast and no context to enter (the same F.linear; per-call cost
+            # matters on small layers, where it is a good part of the forward).
+            cdt, xc = x.dtype, x
+            y = F.linear(x, _cast(layer._decode(codes, scales), cdt), _cast(bias, cdt))
         ctx.layer, ctx.cdt, ctx.x_dtype = layer, cdt, x.dtype
+        # the gradients' dtypes, read here: slot.dtype in backward would go through the
+        # slot's __torch_function__
+        ctx.w_dtype, ctx.b_dtype = slot.dtype, None if bias is None else bias.dtype
         # x itself when no cast happened: torch.compile refuses saving an alias of an input
-        ctx.save_for_backward(x if xc.dtype == x.dtype else xc, layer.codes, layer.scales)
+        ctx.save_for_backward(x if xc.dtype == x.dtype else xc, codes, scales)
         return y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dy):
         xc, codes, scales = ctx.saved_tensors
-        layer = ctx.layer
+        layer, cdt = ctx.layer, ctx.cdt
         n_out, n_in = layer.out_features, layer.in_features
-        g = dy.to(ctx.cdt).reshape(-1, n_out)
+        g = _cast(dy, cdt).reshape(-1, n_out)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            w = layer._decode(codes, scales).to(ctx.cdt)
-            dx = g.mm(w).reshape(xc.shape).to(ctx.x_dtype)
+            w = _cast(layer._decode(codes, scales), cdt)
+            dx = _cast(g.mm(w).reshape(xc.shape), ctx.x_dtype)
         if ctx.needs_input_grad[1]:
-            dw = g.t().mm(xc.reshape(-1, n_in)).to(layer.weight.dtype)
+            dw = _cast(g.t().mm(xc.reshape(-1, n_in)), ctx.w_dtype)
         if ctx.needs_input_grad[2]:
-            db = g.sum(0).to(layer.bias.dtype)
+            db = _cast(g.sum(0), ctx.b_dtype)
         return dx, dw, db, None
+
+
+def _cast(t, dtype):
+    """``t.to(dtype)`` without the call when ``t`` already has that dtype (or is None): the
+    same tensor either way."""
+    return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
 class QuantizedLinear(nn.Module):
