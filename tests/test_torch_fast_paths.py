@@ -116,3 +116,37 @@ def test_fused_quantizer_equals_numpy_over_several_chunks(gran, dtype, monkeypat
                 assert_array_equal(bits(qt(torch.from_numpy(x), **kw)), bits(q(x, **kw)))
                 n += 1
     assert len(calls) == n == 12
+
+
+@pytest.mark.parametrize("shape", [(64, 32), (600, 512)])  # one chunk, and several
+def test_scales_of_zero_and_signed_zero_blocks_equal_numpy(shape):
+    """Blocks of one chunk take |x| for their absmax, larger tensors max(-min, max): both give
+    NumPy's scales, also for blocks of +0, of -0, and of both (amax 0 or -0: scale 1)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[0], x[1], x[2, ::2], x[2, 1::2] = 0.0, -0.0, -0.0, 0.0
+    x[3, 5] = -np.float32(1e-40)  # a block whose absmax is a float32 subnormal
+    for scale in ("absmax", "absmax_pow2"):
+        for gran in ("row", 32):
+            q = ecosim.Quantizer("e4m3", granularity=gran, scale=scale)
+            qt = et.Quantizer("e4m3", granularity=gran, scale=scale)
+            assert_array_equal(bits(qt.scales(torch.from_numpy(x))), bits(q.scales(x)))
+            assert_array_equal(bits(qt(torch.from_numpy(x))), bits(q(x)))
+
+
+def test_cached_scalars_keep_the_sign_of_zero_and_work_under_autograd():
+    """The constants of small-tensor arithmetic are cached per value: -0.0 and 0.0 are different
+    ones (1 / -0 is -inf), and one made first inside inference_mode is an ordinary tensor that
+    autograd can save (a division by it in a graph)."""
+    from ecosim.torch.numerics import _div, scalar
+
+    assert bits(scalar(-0.0, torch.float32, CPU)) == 0x80000000
+    assert bits(scalar(0.0, torch.float32, CPU)) == 0
+    assert _div(torch.ones(1), -0.0).item() == -np.inf
+    assert _div(torch.ones(1), 0.0).item() == np.inf
+    with torch.inference_mode():
+        t = scalar(7.0, torch.float32, CPU)
+    assert not t.is_inference()
+    x = torch.ones(3, requires_grad=True)
+    _div(x, 7.0).sum().backward()
+    assert_array_equal(bits(x.grad), bits(np.full(3, 1 / 7, np.float32)))

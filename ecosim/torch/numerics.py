@@ -25,7 +25,26 @@ def _div(x: torch.Tensor, y) -> torch.Tensor:
     ``x / y`` for about half the float32 inputs when ``y`` is not a power of two), but divides
     element by element when the divisor lives on the same device.
     """
-    return x / torch.full((), y, dtype=x.dtype, device=x.device)
+    return x / scalar(y, x.dtype, x.device)
+
+
+def scalar(v, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A 0-dim tensor holding ``v`` rounded to ``dtype`` on ``device``: the constants of
+    small-tensor arithmetic (scales' floors, divisors), made once per value in eager mode,
+    where building one with ``torch.full`` on every call costs as much as the operation.
+    Shared: never write into it. While ``torch.compile`` traces, a fresh one (a cached
+    tensor must never be a traced fake)."""
+    if type(v) not in (int, float) or torch.compiler.is_compiling():
+        return torch.full((), v, dtype=dtype, device=device)
+    # the sign in the key: -0.0 == 0.0 (and hashes alike), but their tensors differ
+    return _scalar(v, math.copysign(1.0, v), dtype, device)
+
+
+@lru_cache(maxsize=256)
+def _scalar(v, sign: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    # a normal tensor even when first asked for inside inference_mode: autograd may save it
+    with torch.inference_mode(False):
+        return torch.full((), v, dtype=dtype, device=device)
 
 
 def _sqrt(x: torch.Tensor) -> torch.Tensor:

@@ -38,7 +38,7 @@ from ..checks import native, scale_error
 from ..formats import Format, get
 from ..rounding import SRC_F32 as _F32
 from ..rounding import SRC_F64 as _F64
-from .numerics import _div, _numpy_mean
+from .numerics import _div, _numpy_mean, scalar
 from .rng import bits_chunk_size, chunk_size
 from .rounding import (_as_tensor, _check_representable, _run_chunks, _setup, from_work_bits,
                        pow2_bits, quantize, to_work_bits)
@@ -144,19 +144,20 @@ class Quantizer(_np_quantizer.QuantizerConfig):
         xd = xb.to(dt)
         if xd.numel() == 0:
             amax = xd.new_zeros(self._scale_shape(xb, axes))
-        elif axes and self.scale != "absmean":
+        elif axes and self.scale != "absmean" and xd.numel() > bits_chunk_size(xd.device, 0):
             # max(-min, max): two reads, no full-size |x| (NaN propagates as through abs; a
             # block of zeros may give -0, which the `amax == 0` test below takes as 0).
-            # (torch.aminmax over a dim is ~3x slower on the CPU than amax plus amin.)
+            # (torch.aminmax over a dim is ~3x slower on the CPU than amax plus amin.) Below a
+            # chunk, |x| costs less than the two extra ops.
             lo = xd.amin(dim=axes, keepdim=True)
             amax = torch.maximum(lo.neg_(), xd.amax(dim=axes, keepdim=True))
         elif axes:
             amax = xd.abs().amax(dim=axes, keepdim=True)
         else:
             amax = xd.abs()
-        one = torch.ones((), dtype=dt, device=xb.device)
+        one = scalar(1.0, dt, xb.device)
         # As NumPy: a nonzero block's absmax/absmean scale is at least the smallest normal.
-        tiny = torch.full((), torch.finfo(dt).tiny, dtype=dt, device=xb.device)
+        tiny = scalar(torch.finfo(dt).tiny, dt, xb.device)
         if self.scale == "absmean":
             s = _numpy_mean(xd.abs(), axes).to(dt) if xd.numel() else amax  # empty: s = 1
             _check_finite(s, xb)  # a mean propagates inf and NaN

@@ -221,8 +221,9 @@ def _run_chunks(plan: _Plan, b, out: torch.Tensor, bits_src, scaled=None) -> Non
           torch.empty(m, dtype=out.dtype, device=out.device))
     for lo in range(0, n, step):
         hi = min(lo + step, n)
+        oc = _part(out, lo, hi)
         if scaled is None:
-            bc = b[lo:hi]
+            bc = _part(b, lo, hi)
         else:
             rows = slice(lo // inner, hi // inner)
             sc = s if s.shape[0] == 1 else s[rows]
@@ -231,23 +232,23 @@ def _run_chunks(plan: _Plan, b, out: torch.Tensor, bits_src, scaled=None) -> Non
         r = None
         if bits_src is not None:
             if bits_src[0] == "bits":
-                r = bits_src[1][lo:hi]
+                r = _part(bits_src[1], lo, hi)
             elif cpu_words:
                 # NumPy's generator writing into the same memory: the same words (both are
                 # ecosim.rng's hash), at a fraction of the per-call overhead of torch's ops
-                r = buf[:hi - lo]
+                r = _part(buf, 0, hi - lo)
                 fill_bits(bits_src[1], bits_src[2] + lo, r.numpy().view(np.uint32))
             else:
                 r = trng.fill_bits32(bits_src[1], bits_src[2] + lo, buf[:hi - lo], work)
                 if not narrow:
                     r = wide_bits[:hi - lo].copy_(r).bitwise_and_(0xFFFFFFFF)
         if not plan.fmt.is_float:
-            _int_kernel(plan, bc, out[lo:hi], None if r is None else _low32(r))
+            _int_kernel(plan, bc, oc, None if r is None else _low32(r))
         else:
-            idx = _float_kernel(plan, bc, out[lo:hi], r, [w[:hi - lo] for w in ws], magic,
+            idx = _float_kernel(plan, bc, oc, r, [_part(w, 0, hi - lo) for w in ws], magic,
                                 bounded)
             if idx.numel() and scaled is not None:
-                _small_into(plan, bc, out[lo:hi], idx, None if r is None else
+                _small_into(plan, bc, oc, idx, None if r is None else
                             _low32(r.index_select(0, idx)))
             elif idx.numel():
                 small_idx.append(idx + lo if lo else idx)
@@ -261,6 +262,12 @@ def _run_chunks(plan: _Plan, b, out: torch.Tensor, bits_src, scaled=None) -> Non
         if small_bits:
             rbits = torch.cat(small_bits) if len(small_bits) > 1 else small_bits[0]
         _small_into(plan, b, out, idx, rbits)
+
+
+def _part(t: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """``t[lo:hi]`` of a flat ``t``; ``t`` itself when that is all of it (a tensor of one chunk,
+    the common case on small tensors, skips the slicing op)."""
+    return t if lo == 0 and hi == t.shape[0] else t[lo:hi]
 
 
 def _small_into(plan: _Plan, b: torch.Tensor, out: torch.Tensor, idx: torch.Tensor,
