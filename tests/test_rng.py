@@ -16,15 +16,18 @@ N = 1 << 20
 SIGMAS = 6
 
 
+def mix64(z):
+    """The SplitMix64 finaliser in Python ints (independent of ecosim.rng)."""
+    m64 = 2**64 - 1
+    z &= m64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m64
+    return z ^ (z >> 31)
+
+
 def scalar_bits(key, c):
     """The generator's definition, one value at a time in Python ints (independent of NumPy)."""
-    m64, m32 = 2**64 - 1, 2**32 - 1
-
-    def mix64(z):
-        z &= m64
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m64
-        return z ^ (z >> 31)
+    m32 = 2**32 - 1
 
     def mix32(x):
         x &= m32
@@ -92,18 +95,10 @@ def test_fold_in_equals_its_definition():
     finalised data word (an int mod 2**64, or a string's little-endian BLAKE2b-64 word) plus
     the golden constant, finalised again. Ints of any integer type, str subclasses (hashed by
     their characters, as ``str.encode`` gives them) and repeated strings (cached) agree."""
-    m64 = 2**64 - 1
-
-    def mix64(z):
-        z &= m64
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m64
-        return z ^ (z >> 31)
-
     def word(d):
         if isinstance(d, str):
             return int.from_bytes(hashlib.blake2b(d.encode(), digest_size=8).digest(), "little")
-        return int(d) & m64
+        return int(d) & (2**64 - 1)
 
     def fold(k, *data):
         for d in data:
