@@ -117,7 +117,8 @@ def _dist2(params, optimum) -> float:
     if isinstance(params, dict):
         return float(sum(_sq_norm(np.asarray(params[k], np.float64) - np.asarray(optimum[k]))
                          for k in params))
-    return _sq_norm(np.asarray(params, np.float64) - np.asarray(optimum, np.float64))
+    z = (np.asarray(params, np.float64) - np.asarray(optimum, np.float64)).ravel()
+    return float(np.dot(z, z))  # z is a fresh float64 array: _sq_norm without its copy
 
 
 def _error_tree(e, quantized_names):
@@ -383,10 +384,14 @@ def _error_metrics(e_prev, e, want=frozenset(FIELDS)) -> dict | None:
     leaves = _leaves(e)
     n = sum(a.size for a in leaves)
     out = dict(nan)
+    sq = math.nan
     if "mean_e2" in want:
-        out["mean_e2"] = _sq_norm(e) / n if n else math.nan
+        sq = _sq_norm(e)
+        out["mean_e2"] = sq / n if n else math.nan
     if e_prev is not None:
-        if not all(np.isfinite(a).all() for a in _leaves(e_prev) + leaves):
+        # a finite sum of squares has no NaN or inf term: then e needs no check of its own
+        check = _leaves(e_prev) + ([] if math.isfinite(sq) else leaves)
+        if not all(np.isfinite(a).all() for a in check):
             return None
         if not want.isdisjoint(_SIMILARITY):
             s = error_similarity(e_prev, e)
