@@ -6,12 +6,20 @@ two's complement of the unsigned bits**: a logical right shift is the arithmetic
 its low bits, a product keeps the low bits of the unsigned product (two's-complement
 wrap-around, what torch's integer multiply does on every backend), and a constant is the signed
 value with its bits. With this shim the shared rules give NumPy's bits on any device.
+
+On the CPU the constants are 0-dim tensors of the words' dtype, cached per value
+(:func:`ecosim.torch.numerics.scalar`): an op with a Python int wraps it in a new tensor and
+converts it to the words' dtype on every call, which on a few thousand words costs more than
+the op itself (same bits either way: the constant is the same signed word). Elsewhere they stay
+Python ints (no fill kernel per constant).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+from .numerics import scalar
 
 __all__ = ["TorchWords", "TORCH_WORDS", "signed_word"]
 
@@ -29,22 +37,29 @@ def _width(x: torch.Tensor) -> int:
     return 64 if x.dtype == torch.int64 else 32
 
 
+def const(v: int, like: torch.Tensor):
+    """The signed word ``v`` (already in range) as an operand of ops on ``like``: a cached 0-dim
+    tensor of ``like``'s dtype on the CPU, the int elsewhere (see the module docstring)."""
+    dev = like.device
+    return scalar(v, like.dtype, dev) if dev.type == "cpu" else v
+
+
 class TorchWords:
     """The word shim of torch: signed int32/int64 words holding unsigned bits."""
 
     @staticmethod
     def shr(x: torch.Tensor, s: int, out: torch.Tensor) -> None:
-        torch.bitwise_right_shift(x, s, out=out)
+        torch.bitwise_right_shift(x, const(s, x), out=out)
         if s:
-            out &= (1 << (_width(x) - s)) - 1
+            out &= const((1 << (_width(x) - s)) - 1, out)
 
     @staticmethod
-    def word(v: int, like: torch.Tensor) -> int:
-        return signed_word(v, _width(like))
+    def word(v: int, like: torch.Tensor):
+        return const(signed_word(v, _width(like)), like)
 
     @staticmethod
     def add(x: torch.Tensor, v: int, out: torch.Tensor) -> None:
-        torch.add(x, signed_word(v, _width(x)), out=out)
+        torch.add(x, const(signed_word(v, _width(x)), x), out=out)
 
     @staticmethod
     def peak(x: torch.Tensor) -> int:
@@ -62,12 +77,12 @@ class TorchWords:
             ut = _UNSIGNED[out.dtype]
             np.right_shift(words.numpy().view(ut), ut(lo), out=out.numpy().view(ut))
             if lo + n < _width(out):
-                out &= (1 << n) - 1
+                out &= const((1 << n) - 1, out)
             return
         if words.dtype == out.dtype:
-            torch.bitwise_right_shift(words, lo, out=out)
+            torch.bitwise_right_shift(words, const(lo, words), out=out)
             if lo + n < _width(out) or lo:
-                out &= (1 << n) - 1
+                out &= const((1 << n) - 1, out)
             return
         w = words.to(torch.int64)
         if words.dtype == torch.int32:

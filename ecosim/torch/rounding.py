@@ -51,7 +51,7 @@ from ..rounding import representable as _representable
 from ..rng import fill_bits, seed_and_counter
 from ..rounding import src_for as _src_for
 from . import rng as trng
-from .bitops import TORCH_WORDS
+from .bitops import TORCH_WORDS, const
 
 __all__ = ["quantize", "MODES"]
 
@@ -369,7 +369,7 @@ def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws,
     fmt = plan.fmt
     sign = _signbit(plan.src.mant == 52)
     a, t = ws
-    torch.bitwise_and(b, ~sign, out=a)  # magnitude bits: monotone in |x|
+    torch.bitwise_and(b, const(~sign, b), out=a)  # magnitude bits: monotone in |x|
     if magic and bounded:
         _round_by_add(plan, b, a, r, t)
         return a.new_empty(0, dtype=torch.int64)
@@ -386,7 +386,7 @@ def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws,
     else:
         # NaN inputs become inf here, so no carry below can overflow; `a` still knows they
         # are NaN.
-        torch.clamp(a, max=plan.infbits, out=t)
+        torch.clamp(a, max=const(plan.infbits, a), out=t)
         round_bits(plan, t, r, rbits, TORCH_WORDS)
         _finish(plan, b, a, r, t)
     # Below the smallest normal: a uniform grid (subnormals, flush-to-zero, or no zero at all),
@@ -418,8 +418,8 @@ def _round_by_add(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor
     for the inputs below the smallest normal. The sign is copied back (``-0`` included).
     """
     fdt = torch.float64 if plan.src.mant == 52 else torch.float32
-    torch.bitwise_and(a, plan.infbits, out=m)  # the exponent field: 2**e as a float
-    m.clamp_(min=plan.minnorm)
+    torch.bitwise_and(a, const(plan.infbits, a), out=m)  # the exponent field: 2**e as a float
+    m.clamp_(min=const(plan.minnorm, m))
     rf, mf, step = r.view(fdt), m.view(fdt), float(1 << plan.sh)
     torch.add(a.view(fdt), mf, alpha=step, out=rf)  # alpha * m is exact: one rounding
     rf.sub_(mf, alpha=step)
@@ -432,7 +432,7 @@ def _finish(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor, t=No
 
     ``a`` holds the input magnitude bits; ``t`` is optional scratch space like ``r``.
     """
-    t = torch.bitwise_and(b, _signbit(plan.src.mant == 52), out=t)
+    t = torch.bitwise_and(b, const(_signbit(plan.src.mant == 52), b), out=t)
     finish_bits(plan, t, a, r, TORCH_WORDS)
 
 
