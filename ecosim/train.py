@@ -167,8 +167,11 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
             True ends the run there (outcome ``"stopped"``, the step's record kept).
         diagnostics: keep the optimizer's diagnostics of every update
             (:attr:`History.diagnostics`): True for all of :data:`DIAGNOSTICS`, or a
-            sequence of their names: then ``m_over_g``, the only one with a cost of its own
-            (two norms a step), is computed only when named and is NaN otherwise.
+            sequence of their names: then ``m_over_g`` (two norms a step) is NaN unless
+            named, and the optimizer's own five (``lr``, ``update_norm``, ``changed_frac``,
+            ``inject_kept``, ``inject_lost``) are NaN unless one of them is named: the
+            updates whose diagnostics no logged step reads are then stepped without them
+            (the same step, bit for bit, at less cost).
         diverge_on_loss: a non-finite batch loss ends the run as diverged before its update
             (by default only a gradient the optimizer refuses does).
         progress: a tqdm bar (None: only on a terminal).
@@ -204,7 +207,7 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
         raise ValueError(f"log_every must be a positive int or None, got {log_every!r}")
     if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
         raise ValueError(f"eval_every must be a positive int or None, got {eval_every!r}")
-    diagnostics, ratio = _check_diagnostics(diagnostics)
+    diagnostics, ratio, from_step = _check_diagnostics(diagnostics)
     diverge_on_loss = check_bool(diverge_on_loss, "diverge_on_loss")
     want = _check_fields(fields)
     key = rng.as_key(key)
@@ -219,7 +222,8 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
     per_step = {f: [] for f in DIAGNOSTICS} if diagnostics else None
     e_prev = None
     outcome, done = "completed", steps
-    wanted = None if per_step is not None else _diagnosed_updates(optimizer, steps, log_every)
+    wanted = (None if per_step is not None and from_step
+              else _diagnosed_updates(optimizer, steps, log_every))
     bar = _progress(steps, progress)
     try:
         for t in range(steps):
@@ -232,8 +236,10 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
                 if wanted is None or t in wanted:
                     params_new, state_new, diag = optimizer.step(params, grads, state,
                                                                  diagnostics=True)
-                else:  # nothing of this update is read: the same step, unrecorded
+                else:  # none of the step's diagnostics is read: the same step without them
                     params, state = optimizer.step(params, grads, state)
+                    if per_step is not None:
+                        _record_step(per_step, t, loss, grads, state, None, ratio)
                     if bar is not None:
                         bar.update(1)
                     continue
@@ -241,7 +247,8 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
                 outcome, done = "diverged", t
                 break
             if per_step is not None:
-                _record_step(per_step, t, loss, grads, state_new, diag, ratio)
+                _record_step(per_step, t, loss, grads, state_new, diag if from_step else None,
+                             ratio)
             e = _error_tree(diag["e"], qnames)
             if log_every is not None and (t % log_every == 0 or t == steps - 1):
                 metrics = _error_metrics(e_prev, e, want)
@@ -318,10 +325,15 @@ def _diagnosed_updates(optimizer, steps: int, log_every: int | None) -> set[int]
     return wanted
 
 
-def _check_diagnostics(diagnostics) -> tuple[bool, bool]:
-    """:func:`train`'s ``diagnostics`` as (keep a per-step record, compute ``m_over_g``)."""
+# the per-step diagnostics that come from the optimizer's step(..., diagnostics=True)
+_FROM_STEP = ("lr", "update_norm", "changed_frac", "inject_kept", "inject_lost")
+
+
+def _check_diagnostics(diagnostics) -> tuple[bool, bool, bool]:
+    """:func:`train`'s ``diagnostics`` as (keep a per-step record, compute ``m_over_g``, ask
+    the optimizer for its step diagnostics)."""
     if isinstance(diagnostics, (bool, np.bool_)):
-        return bool(diagnostics), bool(diagnostics)
+        return bool(diagnostics), bool(diagnostics), bool(diagnostics)
     if isinstance(diagnostics, str) or not isinstance(diagnostics, (tuple, list, frozenset, set)):
         raise TypeError(f"diagnostics must be a bool or a sequence of names from DIAGNOSTICS, "
                         f"got {diagnostics!r}")
@@ -329,20 +341,20 @@ def _check_diagnostics(diagnostics) -> tuple[bool, bool]:
     if unknown:
         raise ValueError(f"diagnostics must be names from DIAGNOSTICS {DIAGNOSTICS}, "
                          f"got {unknown}")
-    return True, "m_over_g" in diagnostics
+    return True, "m_over_g" in diagnostics, not set(diagnostics).isdisjoint(_FROM_STEP)
 
 
-def _record_step(per_step: dict, t: int, loss, grads, state, diag: dict,
+def _record_step(per_step: dict, t: int, loss, grads, state, diag: dict | None,
                  with_ratio: bool = True) -> None:
     """Append one update's diagnostics (:data:`DIAGNOSTICS`; ``m_over_g`` NaN unless
-    ``with_ratio``)."""
+    ``with_ratio``, the step's own NaN without its ``diag``)."""
     m = getattr(state, "m", None) if with_ratio else None
     gn = _norm_in_order(grads) if m is not None else 0.0
     ratio = _norm_in_order(m) / gn if m is not None and gn > 0 else math.nan
     for f, v in (("step", t), ("loss", loss), ("m_over_g", ratio)):
         per_step[f].append(v)
-    for f in ("lr", "update_norm", "changed_frac", "inject_kept", "inject_lost"):
-        per_step[f].append(diag[f])
+    for f in _FROM_STEP:
+        per_step[f].append(math.nan if diag is None else diag[f])
 
 
 def _norm_in_order(tree) -> float:

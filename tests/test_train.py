@@ -275,3 +275,33 @@ def test_diagnostics_by_name_skip_only_m_over_g():
         train(prob, opt, 2, diagnostics=("loss", "nope"), **kw)
     with pytest.raises(TypeError):
         train(prob, opt, 2, diagnostics="loss", **kw)
+
+
+def test_diagnostics_without_the_optimizers_skip_its_step_diagnostics():
+    # naming none of the optimizer's five diagnostics steps every update without them (no
+    # logged step reads them): the same run bit for bit, those five NaN, loss and m_over_g kept
+    prob = problems.MLP((8, 16, 4), n_train=128, n_val=32, key=0)
+    q = Quantizer("e4m3", "sr", granularity="row")
+    opt = optim.adamw(3e-3, scheme="naive", weights={n: q for n in prob.quantized_names("all")})
+    kw = dict(key=3, batch_size=16, log_every=None)
+    full = train(prob, opt, 12, diagnostics=True, **kw)
+    calls = []
+
+    class _Counting:
+        def __getattr__(self, name):
+            return getattr(opt, name)
+
+        def step(self, *a, **k):
+            calls.append(k.get("diagnostics", False))
+            return opt.step(*a, **k)
+
+    some = train(prob, _Counting(), 12, diagnostics=("step", "loss", "m_over_g"), **kw)
+    assert calls == [False] * 12
+    for f in ("step", "loss", "m_over_g"):
+        assert_array_equal(some.diagnostics[f], full.diagnostics[f])
+    for f in ("lr", "update_norm", "changed_frac", "inject_kept", "inject_lost"):
+        assert np.isnan(some.diagnostics[f]).all()
+    for name in full.params:
+        assert_array_equal(some.params[name], full.params[name])
+        assert_array_equal(some.state.m[name], full.state.m[name])
+    assert (some.final_val_loss, some.outcome) == (full.final_val_loss, full.outcome)
