@@ -257,10 +257,16 @@ def test_bad_fields(fields, error):
         train(problems.Quadratic(4), optim.sgdm(0.1, scheme="fp"), 5, fields=fields)
 
 
-def test_diagnostics_by_name_skip_only_m_over_g():
+def _mlp_adamw(scheme: str):
+    """A small MLP and AdamW over its E4M3-SR weights (a scale per row)."""
     prob = problems.MLP((8, 16, 4), n_train=128, n_val=32, key=0)
     q = Quantizer("e4m3", "sr", granularity="row")
-    opt = optim.adamw(3e-3, scheme="eco", weights={n: q for n in prob.quantized_names("all")})
+    return prob, optim.adamw(3e-3, scheme=scheme,
+                             weights={n: q for n in prob.quantized_names("all")})
+
+
+def test_diagnostics_by_name_skip_only_m_over_g():
+    prob, opt = _mlp_adamw("eco")
     kw = dict(key=1, batch_size=16, log_every=None)
     full = train(prob, opt, 10, diagnostics=True, **kw)
     names = tuple(f for f in DIAGNOSTICS if f != "m_over_g")
@@ -280,9 +286,7 @@ def test_diagnostics_by_name_skip_only_m_over_g():
 def test_diagnostics_without_the_optimizers_skip_its_step_diagnostics():
     # naming none of the optimizer's five diagnostics steps every update without them (no
     # logged step reads them): the same run bit for bit, those five NaN, loss and m_over_g kept
-    prob = problems.MLP((8, 16, 4), n_train=128, n_val=32, key=0)
-    q = Quantizer("e4m3", "sr", granularity="row")
-    opt = optim.adamw(3e-3, scheme="naive", weights={n: q for n in prob.quantized_names("all")})
+    prob, opt = _mlp_adamw("naive")
     kw = dict(key=3, batch_size=16, log_every=None)
     full = train(prob, opt, 12, diagnostics=True, **kw)
     calls = []
