@@ -385,7 +385,8 @@ class QuantizedLinear(nn.Module):
         """Store ``q(x)`` (SR with ``key``) in place and return its dequantized values."""
         if tuple(x.shape) != self._shape:
             raise ValueError(f"{self.name!r} holds shape {self._shape}, got {tuple(x.shape)}")
-        values, codes, scales = self._codec.encode(self._to_matrix(x.to(self._value_dtype)), key)
+        values, codes, scales = self._codec.encode(self._to_matrix(_cast(x, self._value_dtype)),
+                                                   key)
         self.codes.copy_(_raw(codes))
         if scales is not None:
             self.scales.copy_(_raw(scales))
