@@ -5,7 +5,8 @@ ecosim RTN and SR (one thread; see ecosim.rounding on threads), the ml_dtypes ca
 ``x.astype(float8_e4m3fn).astype(float32)``, which returns what ecosim returns: float32 values
 on the grid), gfloat's ``round_ndarray`` (RTN and SR) and pychop's ``Chop(4, 3)`` (RTN and SR),
 and the ratios the project targets. It also checks that ecosim's RTN output equals the
-ml_dtypes round trip bit for bit.
+ml_dtypes round trip bit for bit, and prints the microseconds per call of a row-scaled E4M3
+``Quantizer`` on small weights (32 x 32, 32 x 8), the fixed cost the MLP experiments pay.
 
 The scaled quantizers, the torch mirror and the ratios the project targets for them are in
 ``benchmarks/bench_all.py``, which shares :func:`interleaved_rates` with this script.
@@ -45,6 +46,24 @@ def interleaved_rates(fns: dict, n: int, rounds: int) -> dict:
             fn()
             best[name] = min(best[name], time.thread_time() - t0)
     return {name: n / max(t, 1e-9) / 1e6 for name, t in best.items()}
+
+
+def small_call_us(calls: int = 200, rounds: int = 20) -> dict:
+    """Microseconds per call of ``Quantizer("e4m3", mode, granularity="row")`` on the small
+    float32 weights of the MLP experiments (32 x 32 and 32 x 8), RTN and SR (key): what a
+    training step pays per quantization, where the fixed cost of a call dominates. Each case
+    runs ``calls`` times per round, interleaved; the best round's CPU time is kept."""
+    rng = np.random.default_rng(0)
+    fns = {}
+    for shape in ((32, 32), (32, 8)):
+        w = rng.standard_normal(shape).astype(np.float32)
+        for mode in ("rtn", "sr"):
+            q = ecosim.Quantizer("e4m3", mode, granularity="row")
+            kw = {"key": (1, 0)} if mode == "sr" else {}
+            fns[f"Quantizer(e4m3, row, {mode}) {shape[0]}x{shape[1]}"] = (
+                lambda q=q, w=w, kw=kw: [q(w, **kw) for _ in range(calls)])
+    rates = interleaved_rates(fns, calls, rounds)  # millions of calls per second: per us
+    return {name: 1.0 / r for name, r in rates.items()}
 
 
 def main(argv=None):
@@ -118,6 +137,11 @@ def main(argv=None):
               f"| >= 10 |")
     if "pychop SR" in rates:
         print(f"| ecosim SR / pychop SR | {rates['ecosim SR (key)'] / rates['pychop SR']:.1f} | |")
+    print()
+    print(f"| {'small call (float32 weights)':38s} | {'us/call':>8s} |")
+    print(f"|{'-' * 40}|{'-' * 10}|")
+    for k, v in small_call_us().items():
+        print(f"| {k:38s} | {v:8.1f} |")
 
 
 if __name__ == "__main__":
