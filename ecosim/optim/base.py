@@ -132,13 +132,18 @@ class StepContext:
     diag: StepDiagnostics | None
     lr_inject: float | None = None  # AdamW's schedule guard: the lr ECO's injection is sized by
     keys: dict = dataclasses.field(default_factory=dict)  # name -> fold_in(key, t, name)
+    key_t: int | None = None  # fold_in(key, t), folded once a step
 
     def key_of(self, name: str, *tags: str) -> int:
-        """``rng.fold_in(key, t, name, *tags)``; ``fold_in(key, t, name)`` is folded once a step
-        (folding item by item is what ``fold_in`` does with several)."""
+        """``rng.fold_in(key, t, name, *tags)``; ``fold_in(key, t)`` and ``fold_in(key, t,
+        name)`` are folded once a step (folding item by item is what ``fold_in`` does with
+        several, so the keys are the same)."""
         k = self.keys.get(name)
         if k is None:
-            k = self.keys[name] = rng.fold_in(self.key, self.t, name)
+            kt = self.key_t
+            if kt is None:
+                kt = self.key_t = rng.fold_in(self.key, self.t)
+            k = self.keys[name] = rng.fold_in(kt, name)
         return rng.fold_in(k, *tags) if tags else k
 
 
@@ -184,13 +189,19 @@ class QuantizedOptimizer:
         """The fields only: the per-parameter lookups are a cache, neither pickled nor copied."""
         return {k: v for k, v in self.__dict__.items() if k != "_param_memo"}
 
-    def _of_param(self, name: str) -> tuple[Quantizer | None, Scheme]:
-        """``(weight quantizer, scheme record)`` of parameter ``name``, looked up once: the
-        optimizer is frozen and its policies read-only, and a step asks several times."""
+    def _memo(self) -> dict:
+        """The per-parameter lookups (a cache, not a dataclass field): by name, the weight
+        quantizer and scheme; by ``(name, shape)``, the state buffers."""
         memo = self.__dict__.get("_param_memo")
         if memo is None:
             memo = {}
-            object.__setattr__(self, "_param_memo", memo)  # a cache, not a dataclass field
+            object.__setattr__(self, "_param_memo", memo)
+        return memo
+
+    def _of_param(self, name: str) -> tuple[Quantizer | None, Scheme]:
+        """``(weight quantizer, scheme record)`` of parameter ``name``, looked up once: the
+        optimizer is frozen and its policies read-only, and a step asks several times."""
+        memo = self.__dict__.get("_param_memo") or self._memo()
         hit = memo.get(name)
         if hit is None:
             q = self._lookup(self.weights, name)
@@ -234,6 +245,15 @@ class QuantizedOptimizer:
         ``v`` only for the parameters it updates with AdamW) need it.
         """
         return self._moment_names + self.scheme_object(name).buffers
+
+    def _buffers_of(self, name: str, shape: tuple[int, ...]) -> tuple[str, ...]:
+        """:meth:`state_buffers` of ``(name, shape)``, looked up once (the optimizer is
+        frozen: they depend on nothing else)."""
+        memo = self._memo()
+        hit = memo.get((name, shape))
+        if hit is None:
+            hit = memo[(name, shape)] = self.state_buffers(name, shape)
+        return hit
 
     _moment_names: tuple[str, ...] = ("m",)
 
@@ -426,7 +446,7 @@ class QuantizedOptimizer:
         diagnostics = check_bool(diagnostics, "diagnostics")
         P, bare = _as_dict(params, "params")
         G, gbare = _as_dict(grads, "grads")
-        if gbare != bare or set(G) != set(P):
+        if gbare != bare or G.keys() != P.keys():
             raise ValueError(f"grads must have the structure of params: {sorted(P)} vs "
                              f"{sorted(G)}")
         t = state.step
@@ -441,18 +461,23 @@ class QuantizedOptimizer:
         out_p: dict[str, np.ndarray] = {}
         bufs: dict[str, dict[str, np.ndarray]] = {b: {} for b in self.buffers}
         trees = {}  # each buffer's tree, its structure checked once per step
+        qg = self.states.get("g")  # the gradient's quantization point
         for name, w in P.items():
             b = {}
-            for k in self.state_buffers(name, w.shape):
-                if k not in trees:
-                    trees[k] = _entry(getattr(state, k), bare)
-                tree = trees[k]
-                b[k] = tree if bare or tree is None else tree.get(name)
-            missing = [k for k, v in b.items() if v is None]
-            if missing:
+            complete = True
+            for k in self._buffers_of(name, w.shape):
+                tree = trees.get(k, trees)  # trees itself: not read yet
+                if tree is trees:
+                    tree = trees[k] = _entry(getattr(state, k), bare)
+                v = b[k] = tree if bare or tree is None else tree.get(name)
+                complete = complete and v is not None
+            if not complete:
+                missing = [k for k, v in b.items() if v is None]
                 raise ValueError(f"state has no {missing} for parameter {name!r}: was it built "
                                  "by this optimizer's init?")
-            g = self._qstate("g", G[name], ctx, name)  # the gradient's quantization point
+            g = G[name]
+            if qg is not None:
+                g = _apply(qg, g, ctx.key_of(name, "g") if qg.mode == "sr" else None)
             new_w, new_b = self.step_param(name, w, g, b, ctx)
             out_p[name] = new_w
             for k, arr in new_b.items():
