@@ -319,6 +319,8 @@ class QuantizedOptimizer:
             exact: ``(m, e_prev, e, ctx, name) -> new m``, the optimizer's exact injection
                 (exact schemes carried through the momentum).
         """
+        if not sch.quantized and ctx.diag is None:  # fp: Scheme.write stores tt as is
+            return tt, out
         to = _Write(self, name, w, q, ctx, out, m, prev, exact)
         return sch.write(tt, to, gain, linear=self.linear), out
 
