@@ -248,6 +248,46 @@ def test_caches_are_neither_pickled_nor_copied():
     assert "_param_memo" not in copy.copy(opt).__dict__
 
 
+def test_step_keys_are_fold_in_of_the_key_the_step_the_name_and_the_tags():
+    """StepContext folds (key, t) and (key, t, name) once a step; every key it hands out is
+    still rng.fold_in(key, t, name, *tags), whatever order the names and tags come in."""
+    import dataclasses
+
+    from ecosim import rng
+    from ecosim.optim.base import StepContext
+
+    asks = [("W1", ()), ("W1", ("m",)), ("b0", ("m_inject",)), ("W1", ()), ("", ("g",)),
+            ("b0", ()), ("W1", ("c",))]
+    for key, t in ((0, 0), (12345, 7), (2**64 - 1, 10**6)):
+        for order in (asks, asks[::-1]):
+            ctx = StepContext(t, 0.1, None, key, False, None)
+            for name, tags in order:
+                assert ctx.key_of(name, *tags) == rng.fold_in(key, t, name, *tags)
+            other = dataclasses.replace(ctx, lr=0.5)  # Muon's AdamW parameters
+            assert other.key_of("v", "m") == rng.fold_in(key, t, "v", "m")
+
+
+def test_the_buffers_looked_up_once_are_those_of_the_shape():
+    """The per-parameter memo keys the state buffers by name and shape: a Muon optimizer
+    that stepped a matrix "W" (no v) keeps v for a vector "W" (an AdamW parameter) and steps
+    it as a fresh optimizer does."""
+    def make():
+        return muon(0.02, scheme="eco", weights=Quantizer("e4m3", "rtn", granularity="row"))
+
+    def one_step(opt, g):
+        p, s = opt.init({"W": g * 0.5}, key=1)
+        p, s = opt.step(p, {"W": g}, s)
+        return p, s
+
+    opt = make()
+    assert one_step(opt, np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))[1].v is None
+    vec = np.linspace(-1, 1, 4, dtype=np.float32)
+    (p, s), (p0, s0) = one_step(opt, vec), one_step(make(), vec)
+    assert p["W"].tobytes() == p0["W"].tobytes()
+    assert s.m["W"].tobytes() == s0.m["W"].tobytes()
+    assert s.v["W"].tobytes() == s0.v["W"].tobytes()
+
+
 def test_schedule_tables_are_bounded_and_not_part_of_equality():
     s, fresh = WarmupCosine(1e-3, 100), WarmupCosine(1e-3, 100)
     for b in range(70):  # more blocks than are kept
