@@ -135,15 +135,13 @@ class StepContext:
     key_t: int | None = None  # fold_in(key, t), folded once a step
 
     def key_of(self, name: str, *tags: str) -> int:
-        """``rng.fold_in(key, t, name, *tags)``; ``fold_in(key, t)`` and ``fold_in(key, t,
-        name)`` are folded once a step (folding item by item is what ``fold_in`` does with
-        several, so the keys are the same)."""
+        """``rng.fold_in(key, t, name, *tags)``, ``fold_in(key, t)`` and ``fold_in(key, t, name)``
+        folded once a step (``fold_in`` folds item by item: the same keys)."""
         k = self.keys.get(name)
         if k is None:
-            kt = self.key_t
-            if kt is None:
-                kt = self.key_t = rng.fold_in(self.key, self.t)
-            k = self.keys[name] = rng.fold_in(kt, name)
+            if self.key_t is None:
+                self.key_t = rng.fold_in(self.key, self.t)
+            k = self.keys[name] = rng.fold_in(self.key_t, name)
         return rng.fold_in(k, *tags) if tags else k
 
 
@@ -192,16 +190,12 @@ class QuantizedOptimizer:
     def _memo(self) -> dict:
         """The per-parameter lookups (a cache, not a dataclass field): by name, the weight
         quantizer and scheme; by ``(name, shape)``, the state buffers."""
-        memo = self.__dict__.get("_param_memo")
-        if memo is None:
-            memo = {}
-            object.__setattr__(self, "_param_memo", memo)
-        return memo
+        return self.__dict__.setdefault("_param_memo", {})  # frozen: no __setattr__
 
     def _of_param(self, name: str) -> tuple[Quantizer | None, Scheme]:
         """``(weight quantizer, scheme record)`` of parameter ``name``, looked up once: the
         optimizer is frozen and its policies read-only, and a step asks several times."""
-        memo = self.__dict__.get("_param_memo") or self._memo()
+        memo = self._memo()
         hit = memo.get(name)
         if hit is None:
             q = self._lookup(self.weights, name)
@@ -247,8 +241,7 @@ class QuantizedOptimizer:
         return self._moment_names + self.scheme_object(name).buffers
 
     def _buffers_of(self, name: str, shape: tuple[int, ...]) -> tuple[str, ...]:
-        """:meth:`state_buffers` of ``(name, shape)``, looked up once (the optimizer is
-        frozen: they depend on nothing else)."""
+        """:meth:`state_buffers` of ``(name, shape)``, looked up once (the optimizer is frozen)."""
         memo = self._memo()
         hit = memo.get((name, shape))
         if hit is None:
