@@ -195,7 +195,7 @@ class QuantizedOptimizer:
     def _of_param(self, name: str) -> tuple[Quantizer | None, Scheme]:
         """``(weight quantizer, scheme record)`` of parameter ``name``, looked up once: the
         optimizer is frozen and its policies read-only, and a step asks several times."""
-        memo = self._memo()
+        memo = self.__dict__.get("_param_memo") or self._memo()
         hit = memo.get(name)
         if hit is None:
             q = self._lookup(self.weights, name)
@@ -242,7 +242,7 @@ class QuantizedOptimizer:
 
     def _buffers_of(self, name: str, shape: tuple[int, ...]) -> tuple[str, ...]:
         """:meth:`state_buffers` of ``(name, shape)``, looked up once (the optimizer is frozen)."""
-        memo = self._memo()
+        memo = self.__dict__.get("_param_memo") or self._memo()
         hit = memo.get((name, shape))
         if hit is None:
             hit = memo[(name, shape)] = self.state_buffers(name, shape)
