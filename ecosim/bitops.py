@@ -23,6 +23,10 @@ A shim has:
   integer dtype, or the rounded bits themselves; a signed word's bits are its two's
   complement), as the words of ``out``, written there.
 
+The rules of :mod:`ecosim.gridrules` (uniform grids: below the smallest normal, integer
+formats) also use ``xp`` (the array library), ``i64``, ``f64_bits``, ``as_float``,
+``float_view``, ``float_const`` and ``select``, which that module describes.
+
 Used by :mod:`ecosim.rng` and :mod:`ecosim.rounding` and by their torch counterparts.
 """
 
@@ -94,6 +98,33 @@ class NumpyWords:
     @staticmethod
     def fill(x: np.ndarray, mask: np.ndarray, v: int) -> None:
         x[mask] = _np_word(v, x.itemsize)
+
+    xp = np
+
+    @staticmethod
+    def i64(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.int64)
+
+    @staticmethod
+    def f64_bits(n: np.ndarray) -> np.ndarray:
+        return n.astype(np.float64).view(np.int64)
+
+    @staticmethod
+    def as_float(n: np.ndarray, like: np.ndarray) -> np.ndarray:
+        return n.astype(like.dtype)
+
+    @staticmethod
+    def float_view(b: np.ndarray) -> np.ndarray:
+        return b.view(np.float64 if b.itemsize == 8 else np.float32)
+
+    @staticmethod
+    def float_const(v: float, like: np.ndarray):
+        return like.dtype.type(v)
+
+    @staticmethod
+    def select(cond: np.ndarray, a, b: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, b)
+        np.copyto(out, a, where=cond)
 
     @staticmethod
     def field(words: np.ndarray, lo: int, n: int, out: np.ndarray) -> None:

@@ -6,9 +6,10 @@ magnitude is at least the format's smallest normal is rounded on its own bit pat
 ``S - M`` bits are the exact fraction ``p`` between the two neighbours, and adding a carry to the
 kept bits is exactly "go to the next representable value" (it carries into the exponent);
 that rule is :func:`ecosim.bitops.round_bits`, which the torch backend runs as well.
-Inputs below the smallest normal lie on a uniform grid of step ``2**(emin - M)`` and are rounded
-by exact power-of-two scaling and ``rint``/``floor``. Integer formats use the same uniform rule
-with step 1.
+Inputs below the smallest normal lie on a uniform grid of step ``2**(emin - M)`` and integer
+formats on one of step 1: both rules are written once for NumPy and torch in
+:mod:`ecosim.gridrules`; NumPy's faster float paths for the common cases (one subnormal step,
+finite integer-grid inputs) are tested bit-equal to them.
 
 Work is done in cache-sized chunks (every temporary stays in L2), which is what makes the exact
 path also fast. A thread pool over the chunks was measured and dropped: on the 2-core machines
@@ -24,7 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import rng
+from . import gridrules, rng
 from .bitops import NUMPY_WORDS, finish_bits, round_bits
 from ._checks import check_bool, native
 from .formats import Format, get
@@ -358,19 +359,18 @@ def _absmask(src: _Src) -> int:
 
 
 def _small_values(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
-    """Bits of the rounded magnitudes of inputs below ``plan.minnorm``.
+    """Bits of the rounded magnitudes of inputs below ``plan.minnorm``: the rule of
+    :func:`ecosim.gridrules.small_values` (subnormals, the flush-to-zero gap, E8M0's binades
+    below the working dtype's normals), which torch runs as well.
 
-    These are the format's subnormals (a uniform step ``2**(emin - M)``), its flush-to-zero gap,
-    or, where the format reaches below the working dtype's normals (E8M0 in float32), normal
-    binades of the format whose inputs are subnormal in the working dtype. Each input is scaled
-    by a power of two onto integer steps, so rint/floor round exactly.
+    Where one step ``2**qexp`` serves every such input (:attr:`_Plan.uniform_small`), NumPy
+    takes its own faster path, tested bit-equal to the rule: the scalings by ``2**-qexp`` and
+    ``2**qexp`` are exact multiplications by finite powers of two, so ``rint``/``floor`` round
+    exactly (a chunk has a few such inputs, and a few calls do them).
     """
-    fmt, src = plan.fmt, plan.src
+    src = plan.src
     ax = np.abs(xs)
     if plan.uniform_small:
-        # Every input here is below 2**emin: one step 2**qexp for all, and the scalings by
-        # 2**-qexp and 2**qexp are exact multiplications by finite powers of two (the same
-        # values as the general path below, in a few calls: a chunk has a few such inputs).
         y = ax * src.dtype.type(2.0 ** -plan.qexp)
         if plan.sr:
             n = np.floor(y)
@@ -380,43 +380,19 @@ def _small_values(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
             n = np.rint(y, out=y)
         n *= src.dtype.type(2.0 ** plan.qexp)
         return n.view(src.udtype)
-    e = np.frexp(ax)[1].astype(np.int64) - 1  # floor(log2|x|) for nonzero x
-    qexp = np.where(e >= fmt.emin, e - fmt.mantissa_bits, plan.qexp)
-    y = np.ldexp(ax, -qexp)  # exact: power-of-two scaling onto integer steps
-    if plan.sr:
-        n = np.floor(y)
-        t = _sr_units(plan, np.ldexp(y - n, plan.nbits), src.udtype)
-        n += _sr_up(t, rbits, plan.nbits, src.udtype)
-    elif fmt.ties == "even":
-        n = np.rint(y)  # ties to even: an even count of steps is an even code
-    else:
-        n = np.floor(y + 0.5)
-    if not fmt.has_zero:
-        np.maximum(n, 1.0, out=n)  # nothing below the smallest value (ml_dtypes maps it there)
-    return np.ldexp(n, qexp).astype(src.dtype).view(src.udtype)
+    a = ax.astype(src.dtype, copy=False).view(src.udtype).astype(np.int64)
+    return gridrules.small_values(plan, a, rbits, NUMPY_WORDS).astype(src.udtype)
 
 
 def _int_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
-    fmt = plan.fmt
+    """Integer grids: :func:`ecosim.gridrules.int_grid_bits` (which torch runs as well), or,
+    where every input is finite, :func:`_finite_int_kernel`, tested bit-equal to it."""
     y = np.abs(x)
     if y.size and np.isfinite(np.maximum.reduce(y)):  # NaN and inf show in the maximum
         _finite_int_kernel(plan, x, y, out, rbits)
         return
-    with np.errstate(invalid="ignore"):
-        if plan.sr:
-            n = np.floor(y)
-            frac = y - n  # inf - inf is NaN here; the clip below handles inf
-            frac[~np.isfinite(frac)] = 0
-            t = _sr_units(plan, np.ldexp(frac, plan.nbits), np.dtype(np.uint64))
-            n += _sr_up(t, rbits, plan.nbits, np.dtype(np.uint64))
-        else:
-            n = np.rint(y)
-    neg = np.signbit(x)
-    lim = np.where(neg, x.dtype.type(-fmt.int_min), x.dtype.type(fmt.int_max))
-    np.minimum(n, lim, out=n)
-    np.negative(n, out=n, where=neg)
-    n += 0.0  # integer grids have no -0
-    out[...] = n
+    udt = plan.src.udtype
+    gridrules.int_grid_bits(plan, x.view(udt), out.view(udt), rbits, NUMPY_WORDS)
 
 
 def _finite_int_kernel(plan: _Plan, x: np.ndarray, y: np.ndarray, out: np.ndarray,

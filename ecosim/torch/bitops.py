@@ -69,6 +69,32 @@ class TorchWords:
     def fill(x: torch.Tensor, mask: torch.Tensor, v: int) -> None:
         x.masked_fill_(mask, signed_word(v, _width(x)))
 
+    xp = torch
+
+    @staticmethod
+    def i64(x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.int64)
+
+    @staticmethod
+    def f64_bits(n: torch.Tensor) -> torch.Tensor:
+        return n.to(torch.float64).view(torch.int64)
+
+    @staticmethod
+    def as_float(n: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return n.to(like.dtype)
+
+    @staticmethod
+    def float_view(b: torch.Tensor) -> torch.Tensor:
+        return b.view(torch.float64 if b.dtype == torch.int64 else torch.float32)
+
+    @staticmethod
+    def float_const(v: float, like: torch.Tensor) -> torch.Tensor:
+        return torch.tensor(v, dtype=like.dtype, device=like.device)
+
+    @staticmethod
+    def select(cond: torch.Tensor, a, b: torch.Tensor, out: torch.Tensor) -> None:
+        torch.where(cond, a, b, out=out)
+
     @staticmethod
     def field(words: torch.Tensor, lo: int, n: int, out: torch.Tensor) -> None:
         if words.dtype == out.dtype and out.device.type == "cpu" and lo and out.numel() >= 4096:

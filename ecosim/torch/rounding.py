@@ -4,9 +4,10 @@ The algorithm is :mod:`ecosim.rounding`'s, on the bit pattern of the working flo
 for float32/float16/bfloat16 input, float64 for float64): above the format's smallest normal,
 rounding is "add a carry to the kept bits and truncate", the one rule both backends run
 (:func:`ecosim.bitops.round_bits`, through torch's word shim); below it, the input is a uniform grid
-point count and is rounded with integer shifts. The plan constants (bit patterns of max, inf,
-the smallest normal) come from the NumPy module itself, so both backends use one set of
-numbers.
+point count and is rounded with integer shifts (:func:`ecosim.gridrules.small_values`, the rule
+NumPy's faster path is tested against; integer formats: :func:`ecosim.gridrules.int_grid_bits`).
+The plan constants (bit patterns of max, inf, the smallest normal) come from the NumPy module
+itself, so both backends use one set of numbers.
 
 Integers, not floats, do the work, but for the two CPU fast paths named below, which are taken only
 where a flush-to-zero mode cannot change their result either. The float32 kernel runs in int32 and
@@ -41,6 +42,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from .. import gridrules
 from ..bitops import finish_bits, round_bits
 from ..checks import check_bool, native
 from ..formats import Format, get
@@ -280,7 +282,7 @@ def _small_into(plan: _Plan, b: torch.Tensor, out: torch.Tensor, idx: torch.Tens
     if _scales_exactly(plan, b.device):
         rs = _small_sr_by_scaling(plan, a, rbits)
     else:
-        rs = _small_values(plan, a.to(torch.int64), rbits).to(b.dtype)
+        rs = gridrules.small_values(plan, a.to(torch.int64), rbits, TORCH_WORDS).to(b.dtype)
     _finish(plan, bs, a, rs)
     out.index_copy_(0, idx, rs)
 
@@ -436,79 +438,10 @@ def _finish(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor, t=No
     finish_bits(plan, t, a, r, TORCH_WORDS)
 
 
-def _ilog2(v: torch.Tensor) -> torch.Tensor:
-    """floor(log2 v) for int64 ``0 < v <= 2**53`` (exact: the value converts to float64 exactly)."""
-    return (v.to(torch.float64).view(torch.int64) >> 52) - 1023
-
-
 def pow2_bits(n: torch.Tensor, e, src) -> torch.Tensor:
-    """int64 bits, in the working float ``src``, of the exact value ``n * 2**e``.
-
-    ``n`` is an int64 tensor with ``0 <= n <= 2**53``; ``e`` an int or an int64 tensor; the
-    value must be representable (a normal or a subnormal of ``src``, or zero).
-    """
-    S = src.mant
-    nf = n.to(torch.float64).view(torch.int64)  # exact: n <= 2**53
-    top = (nf >> 52) - 1023 + e  # exponent of the result
-    mant = (nf & ((1 << 52) - 1)) >> (52 - S)  # exact: the value has at most S + 1 bits
-    normal = (top >= src.emin) & (n > 0)
-    normal_bits = ((top + src.bias).clamp(min=0) << S) | mant
-    # Subnormal results are n * 2**(e - (emin - S)) units of the smallest subnormal.
-    shift = e - (src.emin - S)
-    shift = shift.clamp(0, 62) if isinstance(shift, torch.Tensor) else min(max(shift, 0), 62)
-    return torch.where(normal, normal_bits, n << shift)
-
-
-def _small_values(plan: _Plan, a: torch.Tensor, rbits) -> torch.Tensor:
-    """int64 bits of the rounded magnitudes of the magnitude bits ``a`` below ``plan.minnorm``.
-
-    As ecosim.rounding._small_values, in integers: ``|x| = sig * 2**ex`` exactly, the grid step
-    is ``2**qexp``, and ``|x| / step`` splits into a floor and a remainder by a shift of
-    ``d = qexp - ex`` bits, so RTN and SR decide from exact integers.
-    """
-    fmt, src = plan.fmt, plan.src
-    S = src.mant
-    E = a >> S
-    if plan.uniform_small and S == 23 and plan.sr_rule == "floor":
-        return _uniform_small_values(plan, a, E, rbits)
-    m = a & ((1 << S) - 1)
-    normal = E > 0
-    sig = torch.where(normal, m | (1 << S), m)  # < 2**(S+1) <= 2**53
-    ex = torch.where(normal, E - (src.bias + S), src.emin - S)
-    # floor(log2 |x|); -1 for zero, as NumPy's frexp(0)[1] - 1.
-    e = torch.where(normal, E - src.bias, _ilog2(m.clamp(min=1)) + (src.emin - S))
-    e = torch.where(sig == 0, -1, e)
-    qexp = torch.where(e >= fmt.emin, e - fmt.mantissa_bits, plan.qexp)
-    d = qexp - ex  # |x| / 2**qexp = sig / 2**d
-    dpos = d.clamp(0, 62)  # sig < 2**54: a shift of 62 already leaves nothing
-    dneg = (-d).clamp(0, 62)
-    one = torch.ones_like(sig)
-    pos = d > 0
-    fl = torch.where(pos, sig >> dpos, sig << dneg)  # d <= 0 only for values < 2**(M+1) steps
-    rem = torch.where(pos, sig & ((one << dpos) - 1), 0)
-    if plan.sr:
-        nb = plan.nbits
-        # t = floor(rem * 2**nbits / 2**d), with the true d (rem < 2**min(d, 54)).
-        k = (d - nb).clamp(0, 62)
-        if plan.sr_rule == "nearest":
-            # rint(rem * 2**nbits / 2**d), ties to even; rem < 2**54, so the sum stays in int64.
-            half = (one << (k - 1).clamp(min=0)) - 1
-            rounded = (rem + torch.where(k > 0, half + ((rem >> k) & 1), 0)) >> k
-        else:
-            rounded = rem >> k
-        t = torch.where(d >= nb, rounded, rem << (nb - d).clamp(0, 62))
-        nmask = (1 << nb) - 1
-        up = (rbits & nmask) > (nmask - t)
-    else:
-        half = one << (dpos - 1).clamp(min=0)
-        if fmt.ties == "even":
-            up = pos & ((rem > half) | ((rem == half) & ((fl & 1) == 1)))
-        else:
-            up = pos & (rem >= half)
-    n = fl + up.to(torch.int64)
-    if not fmt.has_zero:
-        n = n.clamp(min=1)  # nothing below the smallest value (ml_dtypes maps it there)
-    return pow2_bits(n, qexp, src)
+    """int64 bits, in the working float ``src``, of the exact value ``n * 2**e``
+    (:func:`ecosim.gridrules.pow2_bits` on torch tensors)."""
+    return gridrules.pow2_bits(n, e, src, TORCH_WORDS)
 
 
 def _scales_exactly(plan: _Plan, device: torch.device) -> bool:
@@ -538,56 +471,6 @@ def _small_sr_by_scaling(plan: _Plan, a: torch.Tensor, rbits: torch.Tensor) -> t
     return (n.to(torch.float32) * 2.0 ** plan.qexp).view(torch.int32)
 
 
-def _uniform_small_values(plan: _Plan, a: torch.Tensor, E: torch.Tensor, rbits) -> torch.Tensor:
-    """:func:`_small_values` where every input shares the step ``2**qexp`` (float32 work).
-
-    With ``|x| = sig * 2**ex`` and ``d = qexp - ex >= 1``, the count of steps is ``sig`` with
-    ``d`` bits dropped, rounded as in the normal range: add the carry (half a step minus one
-    plus the kept lowest bit, or the top ``d`` of the random bits) and shift. ``d`` is clamped
-    at 62: ``sig < 2**24``, so every count past that shift is 0 either way.
-    """
-    src = plan.src
-    S = src.mant
-    sig = (a & ((1 << S) - 1)) | (E.clamp(max=1) << S)  # the implicit bit of normals
-    d = (plan.qexp + src.bias + S - E.clamp(min=1)).clamp_(max=62)  # ex = max(E, 1) - bias - S
-    if plan.sr:
-        nb = plan.nbits
-        add = (rbits & ((1 << nb) - 1)) >> (nb - d).clamp(min=0)
-        add <<= (d - nb).clamp_(min=0)
-    else:
-        add = (sig >> d) & 1
-        add += (1 << (d - 1)) - 1
-    add += sig
-    return pow2_bits(add >> d, plan.qexp, src)
-
-
 def _int_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits) -> None:
-    """Integer grids (ecosim.rounding._int_kernel): the same decisions from exact float ops."""
-    fmt, src = plan.fmt, plan.src
-    fdt = torch.float64 if src.mant == 52 else torch.float32
-    x = b.view(fdt)
-    # Beyond the range everything clamps anyway, so clamp first: fmin also sends inf and NaN
-    # to a finite value (NaN is restored below), and every later step is exact.
-    lim = float(max(fmt.int_max, -fmt.int_min))
-    y = torch.fmin(x.abs(), torch.tensor(lim, dtype=fdt, device=x.device))
-    if plan.sr:
-        n = y.floor()
-        t = (y - n) * float(2**plan.nbits)  # exact
-        # floor, < 2**nbits; or ties to even (torch.round), <= 2**nbits: r > nmask - t still
-        # decides r + t >= 2**nbits in int64.
-        t = (t.round() if plan.sr_rule == "nearest" else t.floor()).to(torch.int64)
-        nmask = (1 << plan.nbits) - 1
-        n += ((rbits & nmask) > (nmask - t)).to(fdt)
-    elif lim <= 2.0**src.mant:
-        # Ties to even, as np.rint: adding 2**S rounds 0 <= y <= 2**S to an integer in the
-        # IEEE default rounding mode, exactly (torch.round is 50x slower on the CPU).
-        big = float(2**src.mant)
-        n = y + big
-        n -= big
-    else:
-        n = torch.round(y)  # half to even
-    n = torch.copysign(n, x).clamp_(fmt.int_min, fmt.int_max)
-    n += 0.0  # integer grids have no -0
-    # NaN: NumPy's float ops return the input NaN, quieted, with its sign.
-    quiet = 1 << (src.mant - 1)
-    torch.where(torch.isnan(x), b | quiet, n.view(b.dtype), out=r)
+    """Integer grids: :func:`ecosim.gridrules.int_grid_bits`, into ``r``."""
+    gridrules.int_grid_bits(plan, b, r, rbits, TORCH_WORDS)

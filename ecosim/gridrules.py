@@ -1,0 +1,167 @@
+"""Rounding onto uniform grids, written once for NumPy and torch: inputs below a float format's
+smallest normal, and the integer formats.
+
+Like :mod:`ecosim.bitops`, each rule is a function of arrays and a shim; here the shim also
+names the array library (``ops.xp``: ``numpy`` or ``torch``, of which the rules use only what
+both spell alike: ``where``, ``clip``, ``abs``, ``floor``, ``copysign``, ``isnan`` and the
+operators) and supplies the conversions the two spell differently:
+
+- ``i64(x)``: ``x`` as int64 (a new array; wider unsigned words wrap, keeping their low bits).
+- ``f64_bits(n)``: the bits, as int64, of the int64 values ``n`` converted to float64.
+- ``as_float(n, like)``: the values ``n`` (integers or booleans) as floats of ``like``'s dtype.
+- ``float_view(b)``: the working float (float32 or float64) of the 32- or 64-bit words ``b``.
+- ``float_const(v, like)``: the Python float ``v`` as a constant of ``like``'s float dtype.
+- ``select(cond, a, b, out)``: ``a`` where ``cond`` holds, else ``b``, written into ``out``.
+
+:data:`ecosim.bitops.NUMPY_WORDS` and ``ecosim.torch.bitops.TORCH_WORDS`` carry these. Below the
+smallest normal everything is done in int64 on integer significands (no power-of-two scaling of
+subnormals, so no flush-to-zero mode of a device can change a result); the integer grids round
+with float operations that are exact (a clamp first, then ``floor`` or ``2**S`` addition).
+NumPy's float paths (``ecosim.rounding``) and torch's CPU paths (``ecosim.torch.rounding``)
+that are faster on their hot paths are tested bit-equal to these rules.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ilog2", "pow2_bits", "small_values", "uniform_small_values", "int_grid_bits"]
+
+
+def ilog2(v, ops):
+    """floor(log2 v) for int64 ``0 < v <= 2**53`` (exact: the value converts to float64 exactly)."""
+    return (ops.f64_bits(v) >> 52) - 1023
+
+
+def pow2_bits(n, e, src, ops):
+    """int64 bits, in the working float ``src``, of the exact value ``n * 2**e``.
+
+    ``n`` is an int64 array with ``0 <= n <= 2**53``; ``e`` an int or an int64 array; the
+    value must be representable (a normal or a subnormal of ``src``, or zero).
+    """
+    xp, S = ops.xp, src.mant
+    nf = ops.f64_bits(n)  # exact: n <= 2**53
+    top = (nf >> 52) - 1023 + e  # exponent of the result
+    mant = (nf & ((1 << 52) - 1)) >> (52 - S)  # exact: the value has at most S + 1 bits
+    normal = (top >= src.emin) & (n > 0)
+    normal_bits = (xp.clip(top + src.bias, 0, None) << S) | mant
+    # Subnormal results are n * 2**(e - (emin - S)) units of the smallest subnormal.
+    shift = e - (src.emin - S)
+    shift = min(max(shift, 0), 62) if isinstance(shift, int) else xp.clip(shift, 0, 62)
+    return xp.where(normal, normal_bits, n << shift)
+
+
+def small_values(plan, a, rbits, ops):
+    """int64 bits of the rounded magnitudes of the int64 magnitude bits ``a`` below
+    ``plan.minnorm`` (``rbits``: their random words, for SR; only the low ``nbits`` are read).
+
+    These are the format's subnormals (a uniform step ``2**(emin - M)``), its flush-to-zero gap,
+    or, where the format reaches below the working dtype's normals (E8M0 in float32), normal
+    binades of the format whose inputs are subnormal in the working dtype. In integers:
+    ``|x| = sig * 2**ex`` exactly, the grid step is ``2**qexp``, and ``|x| / step`` splits into
+    a floor and a remainder by a shift of ``d = qexp - ex`` bits, so RTN (ties to even, or away
+    for formats that say so) and SR (``r + t >= 2**nbits``, ``t`` the floor or the nearest
+    of ``p * 2**nbits``) decide from exact integers.
+    """
+    xp, fmt, src = ops.xp, plan.fmt, plan.src
+    S = src.mant
+    E = a >> S
+    if plan.uniform_small and S == 23 and plan.sr_rule == "floor":
+        return uniform_small_values(plan, a, E, rbits, ops)
+    m = a & ((1 << S) - 1)
+    normal = E > 0
+    sig = xp.where(normal, m | (1 << S), m)  # < 2**(S+1) <= 2**53
+    ex = xp.where(normal, E - (src.bias + S), src.emin - S)
+    # floor(log2 |x|); -1 for zero, as NumPy's frexp(0)[1] - 1.
+    e = xp.where(normal, E - src.bias, ilog2(xp.clip(m, 1, None), ops) + (src.emin - S))
+    e = xp.where(sig == 0, -1, e)
+    qexp = xp.where(e >= fmt.emin, e - fmt.mantissa_bits, plan.qexp)
+    d = qexp - ex  # |x| / 2**qexp = sig / 2**d
+    dpos = xp.clip(d, 0, 62)  # sig < 2**54: a shift of 62 already leaves nothing
+    dneg = xp.clip(-d, 0, 62)
+    one = xp.ones_like(sig)
+    pos = d > 0
+    fl = xp.where(pos, sig >> dpos, sig << dneg)  # d <= 0 only for values < 2**(M+1) steps
+    rem = xp.where(pos, sig & ((one << dpos) - 1), 0)
+    if plan.sr:
+        nb = plan.nbits
+        # t = floor(rem * 2**nbits / 2**d), with the true d (rem < 2**min(d, 54)).
+        k = xp.clip(d - nb, 0, 62)
+        if plan.sr_rule == "nearest":
+            # rint(rem * 2**nbits / 2**d), ties to even; rem < 2**54, so the sum stays in int64.
+            half = (one << xp.clip(k - 1, 0, None)) - 1
+            rounded = (rem + xp.where(k > 0, half + ((rem >> k) & 1), 0)) >> k
+        else:
+            rounded = rem >> k
+        t = xp.where(d >= nb, rounded, rem << xp.clip(nb - d, 0, 62))
+        nmask = (1 << nb) - 1
+        up = (ops.i64(rbits) & nmask) > (nmask - t)
+    else:
+        half = one << xp.clip(dpos - 1, 0, None)
+        if fmt.ties == "even":
+            up = pos & ((rem > half) | ((rem == half) & ((fl & 1) == 1)))
+        else:
+            up = pos & (rem >= half)
+    n = fl + ops.i64(up)
+    if not fmt.has_zero:
+        n = xp.clip(n, 1, None)  # nothing below the smallest value (ml_dtypes maps it there)
+    return pow2_bits(n, qexp, src, ops)
+
+
+def uniform_small_values(plan, a, E, rbits, ops):
+    """:func:`small_values` where every input shares the step ``2**qexp`` (float32 work;
+    ``E = a >> 23``).
+
+    With ``|x| = sig * 2**ex`` and ``d = qexp - ex >= 1``, the count of steps is ``sig`` with
+    ``d`` bits dropped, rounded as in the normal range: add the carry (half a step minus one
+    plus the kept lowest bit, or the top ``d`` of the random bits) and shift. ``d`` is clamped
+    at 62: ``sig < 2**24``, so every count past that shift is 0 either way.
+    """
+    xp, src = ops.xp, plan.src
+    S = src.mant
+    sig = (a & ((1 << S) - 1)) | (xp.clip(E, None, 1) << S)  # the implicit bit of normals
+    d = xp.clip(plan.qexp + src.bias + S - xp.clip(E, 1, None), None, 62)  # ex = max(E,1)-bias-S
+    if plan.sr:
+        nb = plan.nbits
+        add = (ops.i64(rbits) & ((1 << nb) - 1)) >> xp.clip(nb - d, 0, None)
+        add <<= xp.clip(d - nb, 0, None)
+    else:
+        add = (sig >> d) & 1
+        add += (1 << (d - 1)) - 1
+    add += sig
+    return pow2_bits(add >> d, plan.qexp, src, ops)
+
+
+def int_grid_bits(plan, b, out, rbits, ops) -> None:
+    """Into ``out``: the bits (of ``b``'s dtype) of the working-float values of bits ``b``
+    rounded onto the integer grid ``[int_min, int_max]`` with step 1 (``rbits``: random words,
+    for SR).
+
+    Beyond the range everything clamps anyway, so ``|x|`` is clamped first: ``fmin`` also
+    sends inf and NaN to a finite value, and every later step is exact. RTN: ties to even
+    (adding ``2**S`` rounds ``0 <= y <= 2**S`` to an integer in the IEEE default rounding
+    mode, exactly); SR: the floor plus one iff ``r + t >= 2**nbits``, ``t`` the floor (or the
+    nearest, ties to even) of ``p * 2**nbits``. The sign goes back on, ``-0`` becomes ``+0``
+    and a NaN input gives its own bits, quieted (what NumPy's float ops return).
+    """
+    xp, fmt, src = ops.xp, plan.fmt, plan.src
+    x = ops.float_view(b)
+    lim = float(max(fmt.int_max, -fmt.int_min))
+    y = xp.fmin(xp.abs(x), ops.float_const(lim, x))
+    if plan.sr:
+        n = xp.floor(y)
+        t = (y - n) * float(2 ** plan.nbits)  # exact
+        # floor, < 2**nbits; or ties to even, <= 2**nbits: r > nmask - t still decides
+        # r + t >= 2**nbits in int64.
+        t = ops.i64(xp.round(t) if plan.sr_rule == "nearest" else xp.floor(t))
+        nmask = (1 << plan.nbits) - 1
+        n += ops.as_float((ops.i64(rbits) & nmask) > (nmask - t), n)
+    elif lim <= 2.0 ** src.mant:
+        big = float(2 ** src.mant)
+        n = y + big
+        n -= big
+    else:
+        n = xp.round(y)  # half to even
+    xp.copysign(n, x, out=n)
+    xp.clip(n, fmt.int_min, fmt.int_max, out=n)
+    n += 0.0  # integer grids have no -0
+    quiet = 1 << (src.mant - 1)
+    ops.select(xp.isnan(x), b | ops.word(quiet, b), n.view(b.dtype), out)
