@@ -20,6 +20,8 @@ from .formats import Format, get
 from .rounding import (_CHUNK, MODES, SR_RULES, _chunk_bits, _kernel, _prepare, _random_source,
                        quantize)
 from .quantizer_rows import code_pending, fused_rows
+from .scale_rules import (NUMPY_SCALES, absmax_scales, absmean_scales, pow2_scales,
+                          refuse_nonfinite)
 from .rounding_codes import _code_kernel, _code_values, _decode_table, _pack
 
 __all__ = ["Quantizer", "QuantizerConfig", "Encoded", "SCALE_RULES", "POW2_RULES"]
@@ -211,47 +213,21 @@ class Quantizer(QuantizerConfig):
             return np.full((1,) * xb.ndim, self.scale, dtype=dt)
         a = np.abs(xb.astype(dt, copy=False))
         amax = np.maximum.reduce(a, axis=axes, keepdims=True, initial=0.0)  # what a.max calls
-        # NaN and inf show in their block's maximum, and in the maximum of those
-        if not math.isfinite(np.maximum.reduce(amax, axis=None, initial=0.0)):
-            raise _nonfinite(xb)
-        if self.scale == "absmean":
-            tiny = np.finfo(dt).tiny
-            with np.errstate(over="ignore"):  # finite values whose sum overflows: refused
-                s = a.mean(axis=axes, keepdims=True, dtype=np.float64) if a.size else amax
-            if not np.isfinite(s := s.astype(dt)).all():
-                raise scale_error(0, dt)
-            zero = amax == 0
-            s = np.maximum(s, tiny)  # an underflowing scale: the smallest normal
-            return np.where(zero, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
-        return self._absmax_scales(amax, dt, tiny, rho)
+        refuse_nonfinite(amax, xb, NUMPY_SCALES)
+        if self.scale != "absmean":
+            return self._absmax_scales(amax, dt, tiny, rho)
+        with np.errstate(over="ignore"):  # finite values whose sum overflows: refused
+            mean = a.mean(axis=axes, keepdims=True, dtype=np.float64) if a.size else amax
+        return absmean_scales(mean, amax, np.finfo(dt).tiny, NUMPY_SCALES)
 
     def _absmax_scales(self, amax: np.ndarray, dt: np.dtype, tiny=None, rho=None) -> np.ndarray:
         """Scales of blocks of absolute maximum ``amax`` (finite) under ``absmax``/``absmax_pow2``
-        (``tiny``: ``np.finfo(dt).tiny``, ``rho``: ``dt.type(self.rho)``, passed by callers in
-        a loop)."""
+        (:mod:`ecosim.scale_rules`; ``tiny``: ``np.finfo(dt).tiny``, ``rho``: ``self.rho`` in
+        ``dt``, passed as 0-d arrays by callers in a loop)."""
         if self.scale == "absmax":
-            s = np.maximum(amax / (dt.type(self.rho) if rho is None else rho),
-                           np.finfo(dt).tiny if tiny is None else tiny)  # never 0 nor subnormal
-        else:
-            s = self._pow2(amax)
-        if np.count_nonzero(amax) == amax.size:  # no block of zeros (amax.all(), faster)
-            return s.astype(dt, copy=False)
-        return np.where(amax == 0, dt.type(1.0), s).astype(dt)  # a block of zeros: s = 1
-
-    def _pow2(self, amax: np.ndarray) -> np.ndarray:
-        """Power-of-two scales (exact: frexp/ldexp), clamped to E8M0's range."""
-        with np.errstate(divide="ignore"):
-            if self.pow2 == "floor":  # OCP MX: 2**(floor(log2 amax) - emax)
-                e = np.frexp(amax)[1].astype(np.int64) - 1 - self.fmt.emax
-            elif self.pow2 == "ceil":
-                m, e = np.frexp(amax / self.rho)  # amax/rho = m * 2**e, m in [0.5, 1)
-                e = e.astype(np.int64) - (m == 0.5)
-            else:
-                e8 = get("e8m0").replace(ties="even", name="e8m0_even")
-                r = np.maximum(amax.astype(np.float64) / self.rho, 2.0**-127)
-                e = np.frexp(quantize(r, e8))[1].astype(np.int64) - 1
-        e = np.clip(e, -127, 127)
-        return np.ldexp(np.ones_like(amax), e).astype(amax.dtype)
+            return absmax_scales(amax, _constant(self.rho, dt) if rho is None else rho,
+                                 np.finfo(dt).tiny if tiny is None else tiny, NUMPY_SCALES)
+        return pow2_scales(amax, self, NUMPY_SCALES)
 
     # -- the quantizer ------------------------------------------------------------------------
     # One pass over the array in cache-sized chunks of whole blocks: for row and group scales
@@ -365,8 +341,7 @@ class Quantizer(QuantizerConfig):
                     np.abs(xc, out=abuf[:xc.size].reshape(xc.shape)).max(
                         axis=1, keepdims=True, out=amax[g0 + i0:g0 + i1])
                 am = amax[g0:g1]
-                if not np.isfinite(am).all():
-                    raise _nonfinite(xb)
+                refuse_nonfinite(am, xb, NUMPY_SCALES)
                 sg = s2[g0:g1] = self._absmax_scales(am, dt, info.tiny, info.rho)
                 # max |y| of a row is amax / s exactly (the division is monotone)
                 no_over = y_hi is not None and bool((am / sg).max() <= y_hi)
@@ -534,7 +509,7 @@ def _constant(v, dt: np.dtype) -> np.ndarray:
 
 
 def _nonfinite(xb: np.ndarray) -> Exception:
-    return scale_error(int((~np.isfinite(xb)).sum()), xb.dtype)
+    return scale_error(NUMPY_SCALES.count_nonfinite(xb), xb.dtype)
 
 
 def _dequantize(codes: np.ndarray, s: np.ndarray, dtype: np.dtype) -> np.ndarray:

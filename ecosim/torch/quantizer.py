@@ -5,7 +5,8 @@ to dequantized values, or to :class:`Encoded` codes in real low-precision torch 
 (``torch.float8_e4m3fn`` ..., int8, packed uint8) and back, on any device. On the CPU every
 output equals the NumPy quantizer's bit for bit:
 
-- scales: the same float operations (an absmax divided by ``rho`` in the input's float type;
+- scales: the rules of :mod:`ecosim.scale_rules`, the ones NumPy runs, through torch's shim
+  (:mod:`ecosim.torch.scales`: an absmax divided by ``rho`` in the input's float type;
   power-of-two scales from exponent bits, not logarithms);
 - absmean: a mean in float64 *summed in NumPy's order* (pairwise summation with 8-way
   unrolled leaves of at most 128 values along a contiguous block; buffers of
@@ -38,7 +39,9 @@ from ..checks import native, scale_error
 from ..formats import Format, get
 from ..rounding import SRC_F32 as _F32
 from ..rounding import SRC_F64 as _F64
-from .numerics import _div, _numpy_mean, scalar
+from ..scale_rules import absmean_scales, block_scales, refuse_nonfinite
+from .numerics import _div, _numpy_mean, scalar  # noqa: F401 (_div: what scales divide by)
+from .scales import TORCH_SCALES
 from .rng import bits_chunk_size, chunk_size
 from .rounding import (_as_tensor, _check_representable, _run_chunks, _setup, from_work_bits,
                        pow2_bits, quantize, to_work_bits)
@@ -155,36 +158,15 @@ class Quantizer(_np_quantizer.QuantizerConfig):
             amax = xd.abs().amax(dim=axes, keepdim=True)
         else:
             amax = xd.abs()
-        one = scalar(1.0, dt, xb.device)
-        # As NumPy: a nonzero block's absmax/absmean scale is at least the smallest normal.
+        # The rule (ecosim.scale_rules): constants rounded to dt, a nonzero block's scale at
+        # least the smallest normal, a block of zeros s = 1.
+        refuse_nonfinite(amax, xb, TORCH_SCALES)  # amax propagates NaN (and inf)
         tiny = scalar(torch.finfo(dt).tiny, dt, xb.device)
         if self.scale == "absmean":
-            s = _numpy_mean(xd.abs(), axes).to(dt) if xd.numel() else amax  # empty: s = 1
-            _check_finite(s, xb)  # a mean propagates inf and NaN
-            s = torch.maximum(s, tiny)
-        else:
-            _check_finite(amax, xb)  # amax propagates NaN (and inf): one check per block
-            if self.scale == "absmax":
-                s = torch.maximum(_div(amax, self.rho), tiny)  # rho rounded to dt, as NumPy's
-            else:
-                s = self._pow2(amax)
-        return torch.where(amax == 0, one, s), amax  # a block of zeros: s = 1
-
-    def _pow2(self, amax: torch.Tensor) -> torch.Tensor:
-        """Power-of-two scales from exponent bits (NumPy: frexp/ldexp), clamped to E8M0's range."""
-        if self.pow2 == "floor":  # OCP MX: 2**(floor(log2 amax) - emax)
-            e = _frexp(amax)[1] - 1 - self.fmt.emax
-        elif self.pow2 == "ceil":
-            pow2, e = _frexp(_div(amax, self.rho))
-            e = e - pow2.to(torch.int64)  # amax/rho = m * 2**e, m == 0.5 exactly
-        else:
-            e8 = get("e8m0").replace(ties="even", name="e8m0_even")
-            r = torch.clamp(_div(amax.to(torch.float64), self.rho), min=2.0**-127)
-            e = _frexp(quantize(r, e8))[1] - 1
-        e = e.clamp(-127, 127)
-        src = _F64 if amax.dtype == torch.float64 else _F32
-        bits = pow2_bits(torch.ones_like(e), e, src)
-        return (bits if src is _F64 else bits.to(torch.int32)).view(amax.dtype)
+            mean = _numpy_mean(xd.abs(), axes) if xd.numel() else amax  # empty: s = 1
+            return absmean_scales(mean, amax, tiny, TORCH_SCALES), amax
+        rho = scalar(self.rho, dt, xb.device)
+        return block_scales(self, amax, rho, tiny, TORCH_SCALES), amax
 
     # -- the quantizer ------------------------------------------------------------------------
     def _codes(self, x, key, rbits, scales=None, dequantize=False):
@@ -322,14 +304,6 @@ def _value_of(plan, bits: int) -> float:
 
 # -- helpers -----------------------------------------------------------------------------------
 
-def _check_finite(reduced: torch.Tensor, xb: torch.Tensor) -> None:
-    """Refuse a non-finite input, seen through its per-block reduction (amax or mean of
-    magnitudes: never negative, so its largest value, which propagates NaN, is finite iff all
-    are; one reduction where torch.isfinite is several ops)."""
-    if reduced.numel() and not math.isfinite(float(reduced.max())):
-        raise scale_error(int((~torch.isfinite(xb)).sum()), reduced.dtype)
-
-
 def _check_float(x) -> torch.Tensor:
     x = _as_float_tensor(x)
     if not x.is_floating_point() or x.dtype not in (torch.float16, torch.bfloat16,
@@ -342,24 +316,6 @@ def _as_float_tensor(x) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         return x
     return _as_tensor(x)
-
-
-def _frexp(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mantissa == 0.5, exponent) of NumPy's ``frexp`` for finite ``v >= 0``, from its bits.
-
-    ``v = m * 2**e`` with ``m`` in [0.5, 1); zero gives ``(False, 0)``.
-    """
-    src = _F64 if v.dtype == torch.float64 else _F32
-    S = src.mant
-    a = to_work_bits(v).to(torch.int64) & ((1 << (63 if S == 52 else 31)) - 1)
-    E = a >> S
-    m = a & ((1 << S) - 1)
-    msafe = m.clamp(min=1)
-    lg = (msafe.to(torch.float64).view(torch.int64) >> 52) - 1023  # floor(log2 m), exact
-    e = torch.where(E > 0, E - src.bias + 1, lg + (src.emin - S) + 1)
-    e = torch.where(a == 0, 0, e)
-    pow2 = torch.where(E > 0, m == 0, (m & (m - 1)) == 0) & (a != 0)
-    return pow2.reshape(v.shape), e.reshape(v.shape)
 
 
 def _dequantize(c: torch.Tensor, s: torch.Tensor, dtype: torch.dtype, may_nan: bool):
