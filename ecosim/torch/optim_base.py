@@ -384,11 +384,13 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
             _check_lr(group["lr"], "fp")
             self._check_group(group)
             gs = self._grads(group, t)
+            if diag is None:
+                self._step_group(group, gs, t)
+                continue
             for name, p, g in zip(group["names"], group["params"], gs):
                 meta = self._meta[name]
-                w = self._weights_of(meta, p)
-                g = self._qgrad(g.to(w.dtype), self._key(group, meta), t, name)
-                if diag is None or meta.q is None:
+                w, g = self._inputs(group, meta, p, g, t)
+                if meta.q is None:
                     self._step_param(meta, p, w, g, self.state[p], group, t)
                     continue
                 codes_old = self._flat_codes(p)
@@ -400,6 +402,20 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
             self._diag = None
             self._last_diag = diag.result(t)
         return loss
+
+    def _inputs(self, group, meta, p, g, t):
+        """``(w, g)``: the stored weights of ``p`` and its gradient in their dtype, rounded to
+        ``states["g"]`` when it has a format."""
+        w = self._weights_of(meta, p)
+        return w, self._qgrad(g.to(w.dtype), self._key(group, meta), t, meta.name)
+
+    def _step_group(self, group, gs, t):
+        """Update every parameter of ``group`` (diagnostics off), one ``_step_param`` each;
+        an optimizer may batch the element-wise math of several parameters instead."""
+        for name, p, g in zip(group["names"], group["params"], gs):
+            meta = self._meta[name]
+            w, g = self._inputs(group, meta, p, g, t)
+            self._step_param(meta, p, w, g, self.state[p], group, t)
 
     def _inject(self, st, m, k, key, t, name):
         """ECO's injection: ``m += k`` stored in ``m``'s format (SR tag ``"m_inject"``);
