@@ -24,7 +24,7 @@ A shim has:
   complement), as the words of ``out``, written there.
 
 The rules of :mod:`ecosim.gridrules` (uniform grids: below the smallest normal, integer
-formats) also use ``xp`` (the array library), ``i64``, ``f64_bits``, ``as_float``,
+formats) also use ``xp`` (the array library), ``clip``, ``i64``, ``f64_bits``, ``as_float``,
 ``float_view``, ``float_const`` and ``select``, which that module describes.
 
 Used by :mod:`ecosim.rng` and :mod:`ecosim.rounding` and by their torch counterparts.
@@ -100,6 +100,14 @@ class NumpyWords:
         x[mask] = _np_word(v, x.itemsize)
 
     xp = np
+
+    @staticmethod
+    def clip(x: np.ndarray, lo, hi, out=None) -> np.ndarray:
+        if lo is not None:
+            x = np.maximum(x, lo, out=out)
+        if hi is not None:
+            x = np.minimum(x, hi, out=out)
+        return x
 
     @staticmethod
     def i64(x: np.ndarray) -> np.ndarray:

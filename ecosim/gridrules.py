@@ -3,9 +3,11 @@ smallest normal, and the integer formats.
 
 Like :mod:`ecosim.bitops`, each rule is a function of arrays and a shim; here the shim also
 names the array library (``ops.xp``: ``numpy`` or ``torch``, of which the rules use only what
-both spell alike: ``where``, ``clip``, ``abs``, ``floor``, ``copysign``, ``isnan`` and the
-operators) and supplies the conversions the two spell differently:
+both spell alike: ``where``, ``abs``, ``floor``, ``round``, ``fmin``, ``copysign``, ``isnan``
+and the operators) and supplies what the two spell differently (or NumPy does slowly):
 
+- ``clip(x, lo, hi, out=None)``: ``x`` clamped to ``[lo, hi]`` (Python numbers; ``None``: no
+  bound), into ``out`` when given (NumPy's ``clip`` costs ten ufunc calls on small arrays).
 - ``i64(x)``: ``x`` as int64 (a new array; wider unsigned words wrap, keeping their low bits).
 - ``f64_bits(n)``: the bits, as int64, of the int64 values ``n`` converted to float64.
 - ``as_float(n, like)``: the values ``n`` (integers or booleans) as floats of ``like``'s dtype.
@@ -42,10 +44,10 @@ def pow2_bits(n, e, src, ops):
     top = (nf >> 52) - 1023 + e  # exponent of the result
     mant = (nf & ((1 << 52) - 1)) >> (52 - S)  # exact: the value has at most S + 1 bits
     normal = (top >= src.emin) & (n > 0)
-    normal_bits = (xp.clip(top + src.bias, 0, None) << S) | mant
+    normal_bits = (ops.clip(top + src.bias, 0, None) << S) | mant
     # Subnormal results are n * 2**(e - (emin - S)) units of the smallest subnormal.
     shift = e - (src.emin - S)
-    shift = min(max(shift, 0), 62) if isinstance(shift, int) else xp.clip(shift, 0, 62)
+    shift = min(max(shift, 0), 62) if isinstance(shift, int) else ops.clip(shift, 0, 62)
     return xp.where(normal, normal_bits, n << shift)
 
 
@@ -71,38 +73,37 @@ def small_values(plan, a, rbits, ops):
     sig = xp.where(normal, m | (1 << S), m)  # < 2**(S+1) <= 2**53
     ex = xp.where(normal, E - (src.bias + S), src.emin - S)
     # floor(log2 |x|); -1 for zero, as NumPy's frexp(0)[1] - 1.
-    e = xp.where(normal, E - src.bias, ilog2(xp.clip(m, 1, None), ops) + (src.emin - S))
+    e = xp.where(normal, E - src.bias, ilog2(ops.clip(m, 1, None), ops) + (src.emin - S))
     e = xp.where(sig == 0, -1, e)
     qexp = xp.where(e >= fmt.emin, e - fmt.mantissa_bits, plan.qexp)
     d = qexp - ex  # |x| / 2**qexp = sig / 2**d
-    dpos = xp.clip(d, 0, 62)  # sig < 2**54: a shift of 62 already leaves nothing
-    dneg = xp.clip(-d, 0, 62)
-    one = xp.ones_like(sig)
+    dpos = ops.clip(d, 0, 62)  # sig < 2**54: a shift of 62 already leaves nothing
+    dneg = ops.clip(-d, 0, 62)
     pos = d > 0
     fl = xp.where(pos, sig >> dpos, sig << dneg)  # d <= 0 only for values < 2**(M+1) steps
-    rem = xp.where(pos, sig & ((one << dpos) - 1), 0)
+    rem = xp.where(pos, sig & ((1 << dpos) - 1), 0)
     if plan.sr:
         nb = plan.nbits
         # t = floor(rem * 2**nbits / 2**d), with the true d (rem < 2**min(d, 54)).
-        k = xp.clip(d - nb, 0, 62)
+        k = ops.clip(d - nb, 0, 62)
         if plan.sr_rule == "nearest":
             # rint(rem * 2**nbits / 2**d), ties to even; rem < 2**54, so the sum stays in int64.
-            half = (one << xp.clip(k - 1, 0, None)) - 1
+            half = (1 << ops.clip(k - 1, 0, None)) - 1
             rounded = (rem + xp.where(k > 0, half + ((rem >> k) & 1), 0)) >> k
         else:
             rounded = rem >> k
-        t = xp.where(d >= nb, rounded, rem << xp.clip(nb - d, 0, 62))
+        t = xp.where(d >= nb, rounded, rem << ops.clip(nb - d, 0, 62))
         nmask = (1 << nb) - 1
         up = (ops.i64(rbits) & nmask) > (nmask - t)
     else:
-        half = one << xp.clip(dpos - 1, 0, None)
+        half = 1 << ops.clip(dpos - 1, 0, None)
         if fmt.ties == "even":
             up = pos & ((rem > half) | ((rem == half) & ((fl & 1) == 1)))
         else:
             up = pos & (rem >= half)
     n = fl + ops.i64(up)
     if not fmt.has_zero:
-        n = xp.clip(n, 1, None)  # nothing below the smallest value (ml_dtypes maps it there)
+        n = ops.clip(n, 1, None)  # nothing below the smallest value (ml_dtypes maps it there)
     return pow2_bits(n, qexp, src, ops)
 
 
@@ -117,12 +118,12 @@ def uniform_small_values(plan, a, E, rbits, ops):
     """
     xp, src = ops.xp, plan.src
     S = src.mant
-    sig = (a & ((1 << S) - 1)) | (xp.clip(E, None, 1) << S)  # the implicit bit of normals
-    d = xp.clip(plan.qexp + src.bias + S - xp.clip(E, 1, None), None, 62)  # ex = max(E,1)-bias-S
+    sig = (a & ((1 << S) - 1)) | (ops.clip(E, None, 1) << S)  # the implicit bit of normals
+    d = ops.clip(plan.qexp + src.bias + S - ops.clip(E, 1, None), None, 62)  # ex = max(E,1)-bias-S
     if plan.sr:
         nb = plan.nbits
-        add = (ops.i64(rbits) & ((1 << nb) - 1)) >> xp.clip(nb - d, 0, None)
-        add <<= xp.clip(d - nb, 0, None)
+        add = (ops.i64(rbits) & ((1 << nb) - 1)) >> ops.clip(nb - d, 0, None)
+        add <<= ops.clip(d - nb, 0, None)
     else:
         add = (sig >> d) & 1
         add += (1 << (d - 1)) - 1
@@ -161,7 +162,7 @@ def int_grid_bits(plan, b, out, rbits, ops) -> None:
     else:
         n = xp.round(y)  # half to even
     xp.copysign(n, x, out=n)
-    xp.clip(n, fmt.int_min, fmt.int_max, out=n)
+    ops.clip(n, fmt.int_min, fmt.int_max, n)
     n += 0.0  # integer grids have no -0
     quiet = 1 << (src.mant - 1)
     ops.select(xp.isnan(x), b | ops.word(quiet, b), n.view(b.dtype), out)

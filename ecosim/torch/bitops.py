@@ -72,6 +72,10 @@ class TorchWords:
     xp = torch
 
     @staticmethod
+    def clip(x: torch.Tensor, lo, hi, out=None) -> torch.Tensor:
+        return torch.clamp(x, lo, hi, out=out)
+
+    @staticmethod
     def i64(x: torch.Tensor) -> torch.Tensor:
         return x.to(torch.int64)
 
