@@ -41,7 +41,7 @@ in the backends; used by :mod:`ecosim.quantizer` and :mod:`ecosim.torch.quantize
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -154,9 +154,7 @@ class NumpyScales:
         m, e = np.frexp(v)
         return (m == 0.5).astype(np.int64), e.astype(np.int64)
 
-    @staticmethod
-    def f64(x: np.ndarray) -> np.ndarray:
-        return x.astype(np.float64)
+    f64 = staticmethod(partial(np.asarray, dtype=np.float64))
 
     @staticmethod
     def astype(x: np.ndarray, like: np.ndarray) -> np.ndarray:
