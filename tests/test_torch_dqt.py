@@ -101,6 +101,21 @@ def test_previous_scales_max_rule():
         DQTAdamW([torch.nn.Parameter(w.clone())], 1e-2, 2, scheme="master")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("bits", [8, "ternary"])
+def test_previous_scales_given_their_shape(bits, dtype):
+    """``like=(shape, dtype)`` of the scales (what DQTAdamW remembers from its last write)
+    gives the same tensor as computing them, with and without a positive value."""
+    q = dqt_quantizers(bits)[0]
+    gen = torch.Generator().manual_seed(4)
+    for w in (torch.randn(6, 10, generator=gen, dtype=dtype),
+              -torch.rand(6, 10, generator=gen, dtype=dtype)):
+        for rule in ("max", "absmax"):
+            want = previous_scales(q, w, rule)
+            got = previous_scales(q, w, rule, like=(want.shape, want.dtype))
+            assert got.dtype == want.dtype and torch.equal(got, want), rule
+
+
 def test_bitnet_forward_and_ste():
     """BitLinear's forward is the hand computation Qa(x) Qw(W)^T (absmean ternary weights,
     INT8 absmax activations per token), equal to the NumPy baseline's quantizers; its gradients

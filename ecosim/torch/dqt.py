@@ -64,20 +64,24 @@ def dqt_quantizers(bits=8, *, mode: str = "sr") -> tuple[Quantizer, Quantizer]:
     return out[0], out[1]
 
 
-def previous_scales(q: Quantizer, prev: torch.Tensor, scale: str = "absmax") -> torch.Tensor:
+def previous_scales(q: Quantizer, prev: torch.Tensor, scale: str = "absmax", *,
+                    like: tuple | None = None) -> torch.Tensor:
     """The scale DQT's next write uses: ``q.scales(prev)`` (``"absmax"``) or, for ``"max"``,
     ``max(prev) / rho`` (at least the smallest normal; the absmax scale when ``prev`` has no
-    positive value), as :class:`ecosim.optim.dqt.MaxScaleQuantizer` computes it."""
+    positive value), as :class:`ecosim.optim.dqt.MaxScaleQuantizer` computes it.
+    ``like``: the ``(shape, dtype)`` of ``q.scales(prev)`` when known (from a tensor of
+    ``prev``'s shape and dtype): ``"max"`` then computes them only when it needs them."""
     if scale not in _SCALES:
         raise ValueError(f"scale must be 'absmax' or 'max', got {scale!r}")
-    s = q.scales(prev)
     if scale == "absmax":
-        return s
+        return q.scales(prev)
+    s = q.scales(prev) if like is None else None
+    shape, dtype = (s.shape, s.dtype) if like is None else like
     top = prev.max()
     if not bool(top > 0):
-        return s
-    tiny = torch.finfo(s.dtype).tiny
-    return torch.clamp_min(_div(top.to(s.dtype), q.rho), tiny).expand_as(s).clone()
+        return q.scales(prev) if s is None else s
+    tiny = torch.finfo(dtype).tiny
+    return torch.clamp_min(_div(top.to(dtype), q.rho), tiny).expand(shape).clone()
 
 
 class DQTAdamW(ECOAdamW):
@@ -123,6 +127,8 @@ class DQTAdamW(ECOAdamW):
         self.step_quantizer, self.init_quantizer = dqt_quantizers(bits, mode=mode)
         self.scale_rule = scale
         self._stepping = False
+        self._read: dict = {}  # stored layer -> its weights read this step (w_{t-1})
+        self._like: dict = {}  # parameter name -> (shape, dtype) of its scales
         self._initial: dict = {}  # stored layer -> W_0, taken before the base optimizer drops it
         super().__init__(params, lr, betas, eps, weight_decay, scheme=scheme,
                          weights=self.step_quantizer, key=key, states=states,
@@ -146,6 +152,15 @@ class DQTAdamW(ECOAdamW):
             return super().step(closure)
         finally:
             self._stepping = False
+            self._read.clear()
+
+    def _weights_of(self, meta, p):
+        """The stored weights, remembered for this step's write of a stored layer: they are
+        ``w_{t-1}``, whose scale the write uses (one decode of the codes instead of two)."""
+        w = super()._weights_of(meta, p)
+        if self._stepping and meta.layer is not None:
+            self._read[meta.layer] = w
+        return w
 
     def _write(self, meta, p, x, key):
         """Store DQT's write of ``x`` and return the stored values: ``q_init(x)`` at
@@ -159,8 +174,11 @@ class DQTAdamW(ECOAdamW):
             s = q.scales(x)
         else:
             q, k = self.step_quantizer, key
-            prev = layer.read() if layer is not None else p.detach()
-            s = previous_scales(q, prev, self.scale_rule)
+            prev = p.detach() if layer is None else self._read.pop(layer, None)
+            if prev is None:
+                prev = layer.read()
+            s = previous_scales(q, prev, self.scale_rule, like=self._like.get(meta.name))
+            self._like[meta.name] = (s.shape, s.dtype)
         if layer is not None:
             layer.store(q.encode(x, key=k, scales=s))
             return layer.read()
