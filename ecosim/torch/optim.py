@@ -404,7 +404,6 @@ class ECOAdamW(_ECOBase):
         if wd:
             base = base * decay
         torch.sub(base, tt, out=tt)  # theta_tilde = base (1 - lr wd) - (lr/bc1) m / d
-        pending = st.get("pending", False)
 
         def gain(sch):
             lr_inj = self._guard[self._group_index(group)] if self.schedule_guard else lr
@@ -412,17 +411,26 @@ class ECOAdamW(_ECOBase):
                 return None, None
             return sch.coefficient(bc1 / lr_inj, b1, decay), d
 
-        def exact(m, e_prev, e):  # the offset (c / s)(e_prev - e / b1), NumPy's order
+        self._write_param(meta, p, st, w, tt, d, m, group, t, gain)
+
+    def _write_param(self, meta, p, st, w, tt, d, m, group, t, gain):
+        """The scheme's write of ``tt`` and what follows (:meth:`_finish_write`, ``gain`` its
+        injection gain), ``eco_momentum_exact``'s offset ``(c / s)(e_prev - e / b1)`` in
+        NumPy's order, with ``d``."""
+        (b1, _), lr, wd = group["betas"], group["lr"], group["weight_decay"]
+        bc1, decay = 1.0 - b1**(t + 1), 1.0 - lr * wd
+        key, pending = self._key(group, meta), st.get("pending", False)
+
+        def exact(m, e_prev, e):
             k = e * (-1.0 / b1)
             if not pending:
                 k += e_prev
             k *= d * ((bc1 / lr) * decay)
-            self._inject(st, m, k, key, t, name)
+            self._inject(st, m, k, key, t, meta.name)
 
         self._finish_write(meta, p, st, w, tt, key, t, m, gain, exact)
         if pending:
             st["pending"] = False
-
 
     def _step_group(self, group, gs, t):
         """The step of ``group``'s parameters, batched in runs of at most ``_BATCH`` elements
@@ -466,8 +474,6 @@ class ECOAdamW(_ECOBase):
         es, ks, into = [], [], []
         coef = None
         for (meta, p, _, _, w, _, st), tt, dk, m in zip(run, tts, ds, ms):
-            key = self._key(group, meta)
-            pending = st.get("pending", False)
 
             def gain(sch, tt=tt, dk=dk, m=m):  # deferred: injected below, all at once
                 nonlocal coef
@@ -477,16 +483,7 @@ class ECOAdamW(_ECOBase):
                     es.append(tt), ks.append(dk), into.append(m)
                 return None, None
 
-            def exact(m, e_prev, e, dk=dk, key=key, st=st, name=meta.name, pending=pending):
-                k = e * (-1.0 / b1)
-                if not pending:
-                    k += e_prev
-                k *= dk * ((bc1 / lr) * decay)
-                self._inject(st, m, k, key, t, name)
-
-            self._finish_write(meta, p, st, w, tt, key, t, m, gain, exact)
-            if pending:
-                st["pending"] = False
+            self._write_param(meta, p, st, w, tt, dk, m, group, t, gain)
         if ks:  # injection(e, coef, d) = (d * coef) * e, then m += k (m has no format)
             torch._foreach_mul_(ks, coef)
             torch._foreach_mul_(ks, es)
