@@ -24,8 +24,8 @@ A shim has:
   complement), as the words of ``out``, written there.
 
 The rules of :mod:`ecosim.gridrules` (uniform grids: below the smallest normal, integer
-formats) also use ``xp`` (the array library), ``clip``, ``i64``, ``f64_bits``, ``as_float``,
-``float_view``, ``float_const`` and ``select``, which that module describes.
+formats) also use ``xp`` (the array library), ``clip``, ``cast``, ``int64``, ``float64``,
+``floats``, ``float_const`` and ``select``, which that module describes.
 
 Used by :mod:`ecosim.rng` and :mod:`ecosim.rounding` and by their torch counterparts.
 """
@@ -109,21 +109,12 @@ class NumpyWords:
             x = np.minimum(x, hi, out=out)
         return x
 
-    @staticmethod
-    def i64(x: np.ndarray) -> np.ndarray:
-        return x.astype(np.int64)
+    int64, float64 = np.dtype(np.int64), np.dtype(np.float64)
+    floats = {np.dtype(np.uint32): np.dtype(np.float32), np.dtype(np.uint64): float64}
 
     @staticmethod
-    def f64_bits(n: np.ndarray) -> np.ndarray:
-        return n.astype(np.float64).view(np.int64)
-
-    @staticmethod
-    def as_float(n: np.ndarray, like: np.ndarray) -> np.ndarray:
-        return n.astype(like.dtype)
-
-    @staticmethod
-    def float_view(b: np.ndarray) -> np.ndarray:
-        return b.view(np.float64 if b.itemsize == 8 else np.float32)
+    def cast(x: np.ndarray, dtype) -> np.ndarray:
+        return x.astype(dtype)
 
     @staticmethod
     def float_const(v: float, like: np.ndarray):

@@ -8,10 +8,10 @@ and the operators) and supplies what the two spell differently (or NumPy does sl
 
 - ``clip(x, lo, hi, out=None)``: ``x`` clamped to ``[lo, hi]`` (Python numbers; ``None``: no
   bound), into ``out`` when given (NumPy's ``clip`` costs ten ufunc calls on small arrays).
-- ``i64(x)``: ``x`` as int64 (a new array; wider unsigned words wrap, keeping their low bits).
-- ``f64_bits(n)``: the bits, as int64, of the int64 values ``n`` converted to float64.
-- ``as_float(n, like)``: the values ``n`` (integers or booleans) as floats of ``like``'s dtype.
-- ``float_view(b)``: the working float (float32 or float64) of the 32- or 64-bit words ``b``.
+- ``cast(x, dtype)``: ``x`` converted to ``dtype`` (integers to a narrower or signed type wrap,
+  keeping their low bits; the rules never write into the result), with ``int64`` and
+  ``float64`` the library's dtypes and ``floats`` mapping the 32- and 64-bit words to the
+  working float of their width.
 - ``float_const(v, like)``: the Python float ``v`` as a constant of ``like``'s float dtype.
 - ``select(cond, a, b, out)``: ``a`` where ``cond`` holds, else ``b``, written into ``out``.
 
@@ -28,9 +28,22 @@ from __future__ import annotations
 __all__ = ["ilog2", "pow2_bits", "small_values", "uniform_small_values", "int_grid_bits"]
 
 
+def _i64(x, ops):
+    return ops.cast(x, ops.int64)
+
+
+def _f64_bits(n, ops):
+    """The bits, as int64, of the int64 values ``n`` converted to float64."""
+    return ops.cast(n, ops.float64).view(ops.int64)
+
+
+def _as_float(n, like, ops):
+    return ops.cast(n, like.dtype)
+
+
 def ilog2(v, ops):
     """floor(log2 v) for int64 ``0 < v <= 2**53`` (exact: the value converts to float64 exactly)."""
-    return (ops.f64_bits(v) >> 52) - 1023
+    return (_f64_bits(v, ops) >> 52) - 1023
 
 
 def pow2_bits(n, e, src, ops):
@@ -40,7 +53,7 @@ def pow2_bits(n, e, src, ops):
     value must be representable (a normal or a subnormal of ``src``, or zero).
     """
     xp, S = ops.xp, src.mant
-    nf = ops.f64_bits(n)  # exact: n <= 2**53
+    nf = _f64_bits(n, ops)  # exact: n <= 2**53
     top = (nf >> 52) - 1023 + e  # exponent of the result
     mant = (nf & ((1 << 52) - 1)) >> (52 - S)  # exact: the value has at most S + 1 bits
     normal = (top >= src.emin) & (n > 0)
@@ -94,14 +107,14 @@ def small_values(plan, a, rbits, ops):
             rounded = rem >> k
         t = xp.where(d >= nb, rounded, rem << ops.clip(nb - d, 0, 62))
         nmask = (1 << nb) - 1
-        up = (ops.i64(rbits) & nmask) > (nmask - t)
+        up = (_i64(rbits, ops) & nmask) > (nmask - t)
     else:
         half = 1 << ops.clip(dpos - 1, 0, None)
         if fmt.ties == "even":
             up = pos & ((rem > half) | ((rem == half) & ((fl & 1) == 1)))
         else:
             up = pos & (rem >= half)
-    n = fl + ops.i64(up)
+    n = fl + _i64(up, ops)
     if not fmt.has_zero:
         n = ops.clip(n, 1, None)  # nothing below the smallest value (ml_dtypes maps it there)
     return pow2_bits(n, qexp, src, ops)
@@ -122,7 +135,7 @@ def uniform_small_values(plan, a, E, rbits, ops):
     d = ops.clip(plan.qexp + src.bias + S - ops.clip(E, 1, None), None, 62)  # ex = max(E,1)-bias-S
     if plan.sr:
         nb = plan.nbits
-        add = (ops.i64(rbits) & ((1 << nb) - 1)) >> ops.clip(nb - d, 0, None)
+        add = (_i64(rbits, ops) & ((1 << nb) - 1)) >> ops.clip(nb - d, 0, None)
         add <<= ops.clip(d - nb, 0, None)
     else:
         add = (sig >> d) & 1
@@ -144,7 +157,7 @@ def int_grid_bits(plan, b, out, rbits, ops) -> None:
     and a NaN input gives its own bits, quieted (what NumPy's float ops return).
     """
     xp, fmt, src = ops.xp, plan.fmt, plan.src
-    x = ops.float_view(b)
+    x = b.view(ops.floats[b.dtype])
     lim = float(max(fmt.int_max, -fmt.int_min))
     y = xp.fmin(xp.abs(x), ops.float_const(lim, x))
     if plan.sr:
@@ -152,9 +165,9 @@ def int_grid_bits(plan, b, out, rbits, ops) -> None:
         t = (y - n) * float(2 ** plan.nbits)  # exact
         # floor, < 2**nbits; or ties to even, <= 2**nbits: r > nmask - t still decides
         # r + t >= 2**nbits in int64.
-        t = ops.i64(xp.round(t) if plan.sr_rule == "nearest" else xp.floor(t))
+        t = _i64(xp.round(t) if plan.sr_rule == "nearest" else xp.floor(t), ops)
         nmask = (1 << plan.nbits) - 1
-        n += ops.as_float((ops.i64(rbits) & nmask) > (nmask - t), n)
+        n += _as_float((_i64(rbits, ops) & nmask) > (nmask - t), n, ops)
     elif lim <= 2.0 ** src.mant:
         big = float(2 ** src.mant)
         n = y + big

@@ -75,21 +75,12 @@ class TorchWords:
     def clip(x: torch.Tensor, lo, hi, out=None) -> torch.Tensor:
         return torch.clamp(x, lo, hi, out=out)
 
-    @staticmethod
-    def i64(x: torch.Tensor) -> torch.Tensor:
-        return x.to(torch.int64)
+    int64, float64 = torch.int64, torch.float64
+    floats = {torch.int32: torch.float32, torch.int64: float64}
 
     @staticmethod
-    def f64_bits(n: torch.Tensor) -> torch.Tensor:
-        return n.to(torch.float64).view(torch.int64)
-
-    @staticmethod
-    def as_float(n: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        return n.to(like.dtype)
-
-    @staticmethod
-    def float_view(b: torch.Tensor) -> torch.Tensor:
-        return b.view(torch.float64 if b.dtype == torch.int64 else torch.float32)
+    def cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return x.to(dtype)
 
     @staticmethod
     def float_const(v: float, like: torch.Tensor) -> torch.Tensor:
