@@ -29,6 +29,7 @@ the two libraries spell differently: :data:`NUMPY_SCALES` here and
 - ``count_nonfinite(x)``: the number of NaN and inf in ``x``, a Python int;
 - ``frexp(v)``: ``(half, e)`` for finite ``v >= 0`` written ``m * 2**e`` with ``m`` in
   ``[0.5, 1)``: int64 arrays, ``half`` 1 where ``m == 0.5`` (0 for ``v == 0``, whose ``e`` is 0);
+  ``exponent(v)``: ``frexp(v)[1]`` alone;
 - ``f64(x)``: ``x`` as float64; ``astype(x, like)``: ``x`` in ``like``'s dtype;
 - ``clip(e, lo, hi)``: integers clamped; ``pow2(e, like)``: ``2.0**e`` exactly, in ``like``'s
   dtype (``e`` in E8M0's range);
@@ -80,14 +81,14 @@ def pow2_scales(amax, q, ops):
     :class:`~ecosim.quantizer.QuantizerConfig`), clamped to :data:`E8M0_RANGE`; 1 for a block
     of zeros."""
     if q.pow2 == "floor":  # OCP MX: 2**(floor(log2 amax) - emax)
-        e = ops.frexp(amax)[1] - (1 + q.fmt.emax)
+        e = ops.exponent(amax) - (1 + q.fmt.emax)
     elif q.pow2 == "ceil":  # amax/rho = m * 2**e: 2**e, or 2**(e-1) when m == 0.5
         half, e = ops.frexp(amax / ops.const(q.rho, amax))
         e = e - half
     else:  # amax/rho in float64, to the nearest power of two (E8M0, ties to the even code)
         r = ops.f64(amax)
         r = ops.maximum(r / ops.const(q.rho, r), ops.const(2.0**-127, r))
-        e = ops.frexp(ops.quantize(r, _e8m0_even()))[1] - 1
+        e = ops.exponent(ops.quantize(r, _e8m0_even())) - 1
     return ops.ones_where_zero(amax, ops.pow2(ops.clip(e, *E8M0_RANGE), amax))
 
 
@@ -153,6 +154,10 @@ class NumpyScales:
     def frexp(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         m, e = np.frexp(v)
         return (m == 0.5).astype(np.int64), e.astype(np.int64)
+
+    @staticmethod
+    def exponent(v: np.ndarray) -> np.ndarray:
+        return np.frexp(v)[1].astype(np.int64)
 
     f64 = staticmethod(partial(np.asarray, dtype=np.float64))
 

@@ -19,8 +19,9 @@ from .rounding import pow2_bits, quantize, to_work_bits
 __all__ = ["TorchScales", "TORCH_SCALES"]
 
 
-def _frexp(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mantissa == 0.5, exponent) of NumPy's ``frexp`` for finite ``v >= 0``, from its bits.
+def _frexp(v: torch.Tensor, half: bool = True):
+    """(mantissa == 0.5, exponent) of NumPy's ``frexp`` for finite ``v >= 0``, from its bits
+    (the exponent alone when ``half`` is false).
 
     ``v = m * 2**e`` with ``m`` in [0.5, 1); zero gives ``(False, 0)``.
     """
@@ -32,9 +33,11 @@ def _frexp(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     msafe = m.clamp(min=1)
     lg = (msafe.to(torch.float64).view(torch.int64) >> 52) - 1023  # floor(log2 m), exact
     e = torch.where(E > 0, E - src.bias + 1, lg + (src.emin - S) + 1)
-    e = torch.where(a == 0, 0, e)
+    e = torch.where(a == 0, 0, e).reshape(v.shape)
+    if not half:
+        return e
     pow2 = torch.where(E > 0, m == 0, (m & (m - 1)) == 0) & (a != 0)
-    return pow2.reshape(v.shape), e.reshape(v.shape)
+    return pow2.reshape(v.shape), e
 
 
 class TorchScales:
@@ -64,6 +67,10 @@ class TorchScales:
     def frexp(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         half, e = _frexp(v)
         return half.to(torch.int64), e
+
+    @staticmethod
+    def exponent(v: torch.Tensor) -> torch.Tensor:
+        return _frexp(v, half=False)
 
     @staticmethod
     def f64(x: torch.Tensor) -> torch.Tensor:
