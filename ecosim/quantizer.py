@@ -151,7 +151,8 @@ class Quantizer(QuantizerConfig):
         pow2: rule for ``"absmax_pow2"``: ``"floor"``, the OCP MX rule
             ``2**(floor(log2 max|x|) - emax)`` (the top binade may clip); ``"ceil"``, the
             smallest power of two ``>= max|x| / rho`` (never clips); ``"even"``, the nearest
-            power of two to ``max|x| / rho``, ties to the even exponent.
+            power of two to ``max|x| / rho``, ties to the even E8M0 code (with E8M0's bias
+            of 127 that is an odd exponent: ``0.75 rho`` gives 0.5, ``3 rho`` gives 2).
         nbits, saturate, sr_rule: passed to :func:`ecosim.quantize` (``saturate`` must be a
             bool): SR with the low ``nbits`` of each random word, counting
             ``floor(p * 2**nbits)`` (``sr_rule="floor"``) or ``p * 2**nbits`` rounded to

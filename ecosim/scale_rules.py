@@ -59,7 +59,8 @@ E8M0_RANGE = (-127, 127)
 
 @lru_cache(maxsize=1)
 def _e8m0_even():
-    """E8M0 with ties to the even exponent: the grid of the ``pow2="even"`` rule."""
+    """E8M0 with ties to the even code (an odd exponent: the bias is 127): the grid of the
+    ``pow2="even"`` rule."""
     return get("e8m0").replace(ties="even", name="e8m0_even")
 
 
