@@ -39,13 +39,11 @@ How the pieces fit (``ecosim.torch.optim`` does the updates)::
   parameter initialised with ``W_0`` and the same key, bit for bit. The schemes whose state
   needs ``W_0`` itself (``"master"``: the master copy; ``"eco_exact"``: ``e_0``; ``"kahan"``:
   ``c_0``) take it from the layer: :func:`store_weights` keeps a reference to the replaced
-  ``nn.Linear``'s weight (:meth:`QuantizedLinear.pop_initial`, transient: the first
-  optimizer built over the layer releases it), so they too equal the float32-parameter run
-  with the same key. Without it (a layer loaded from a checkpoint) they start from
-  ``q(W_0)`` (master copy ``q(W_0)``, ``e_0 = 0``). This matters: a master copy started on
-  the grid puts every weight at the centre of RTN's dead zone at once (measured on the
-  ``small`` LM preset, 100 steps, master + RTN: validation loss 2.40 against 2.29 from
-  ``W_0``).
+  ``nn.Linear``'s weight (:meth:`QuantizedLinear.pop_initial`, released by the first
+  optimizer built over the layer), so they too equal that run. Without it (a layer loaded from a checkpoint) they start from
+  ``q(W_0)`` (master copy ``q(W_0)``, ``e_0 = 0``), which matters: a master copy started on
+  the grid puts every weight at the centre of RTN's dead zone at once (``small`` LM preset,
+  100 steps, master + RTN: validation loss 2.40 against 2.29 from ``W_0``).
 
 Checkpoints: ``model.state_dict()`` holds ``codes``, ``scales`` and ``bias`` (not the slot),
 so it is a real low-precision checkpoint; ``load_state_dict`` restores it bit for bit.
@@ -54,17 +52,16 @@ them. DDP: wrap with :func:`data_parallel` (``DistributedDataParallel(model,
 init_sync=False)`` plus the initial broadcast done here, since DDP's own broadcast cannot write
 into a broadcast-shaped slot); the codes travel as uint8, which gloo and NCCL both carry (gloo
 refuses float8 tensors). Every rank applies the same update with the same keys, so the codes
-stay equal without DDP's per-forward buffer broadcast: ``forward_sync_buffers=False`` saves
-that traffic when the model has no other buffers to keep in sync.
+stay equal without DDP's buffer broadcast (``forward_sync_buffers=False`` saves it).
 
 Other layers (convolutions, transformers ``Conv1D``, ``nn.MultiheadAttention``, ``nn.Linear``
 subclasses) are stored by :mod:`ecosim.torch.layers`, whole models by
-:func:`ecosim.torch.quantize_model`; :func:`ecosim.torch.unstore_weights` goes back.
+:func:`ecosim.torch.quantize_model` (:func:`ecosim.torch.unstore_weights` goes back).
 
-Not supported: FSDP (it would shard and materialise the slot), weights tied to other
-parameters (refused: the tie would silently break), double backward, in-place writes into the
-slot (``nn.init.*_``, ``torch.optim``, ``AveragedModel``: refused with a TypeError that names
-:meth:`QuantizedLinear.write`, the ECO optimizers and :func:`ecosim.torch.ema_update`).
+Not supported: FSDP (it would shard and materialise the slot), tied weights (refused: the
+tie would silently break), double backward, in-place writes into the slot (``nn.init.*_``,
+``torch.optim``, ``AveragedModel``: a TypeError names :meth:`QuantizedLinear.write`, the ECO
+optimizers and :func:`ecosim.torch.ema_update`).
 """
 
 from __future__ import annotations
@@ -216,13 +213,11 @@ class _StoredLinear(torch.autograd.Function):
                 xc = x.to(cdt)
                 y = F.linear(xc, w, bias.to(cdt) if bias is not None else None)
         else:
-            # No autocast: no cast and no context to enter (the same F.linear; per-call cost
-            # matters on small layers, where it is a good part of the forward).
+            # no autocast: the same F.linear, without a context or casts (cheaper on small layers)
             cdt, xc = x.dtype, x
             y = F.linear(x, _cast(layer._decode(codes, scales), cdt), _cast(bias, cdt))
         ctx.layer, ctx.cdt, ctx.x_dtype = layer, cdt, x.dtype
-        # the gradients' dtypes, read here: slot.dtype in backward would go through the
-        # slot's __torch_function__
+        # the gradients' dtypes (slot.dtype in backward would go through __torch_function__)
         ctx.w_dtype, ctx.b_dtype = slot.dtype, None if bias is None else bias.dtype
         # x itself when no cast happened: torch.compile refuses saving an alias of an input
         ctx.save_for_backward(x if xc.dtype == x.dtype else xc, codes, scales)
@@ -247,8 +242,7 @@ class _StoredLinear(torch.autograd.Function):
 
 
 def _cast(t, dtype):
-    """``t.to(dtype)`` without the call when ``t`` already has that dtype (or is None): the
-    same tensor either way."""
+    """``t.to(dtype)``, skipping the call where ``t`` has that dtype (or is None)."""
     return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
