@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import torch
 
+from ..gridrules import ilog2
 from ..rounding import SRC_F32 as _F32
 from ..rounding import SRC_F64 as _F64
+from .bitops import TORCH_WORDS
 from .numerics import scalar
 from .rounding import pow2_bits, quantize, to_work_bits
 
@@ -30,8 +32,7 @@ def _frexp(v: torch.Tensor, half: bool = True):
     a = to_work_bits(v).to(torch.int64) & ((1 << (63 if S == 52 else 31)) - 1)
     E = a >> S
     m = a & ((1 << S) - 1)
-    msafe = m.clamp(min=1)
-    lg = (msafe.to(torch.float64).view(torch.int64) >> 52) - 1023  # floor(log2 m), exact
+    lg = ilog2(m.clamp(min=1), TORCH_WORDS)  # floor(log2 m), exact
     e = torch.where(E > 0, E - src.bias + 1, lg + (src.emin - S) + 1)
     e = torch.where(a == 0, 0, e).reshape(v.shape)
     if not half:
