@@ -498,7 +498,7 @@ def test_scalar_division_is_a_true_division():
     once, with the divisor on ``x``'s device (CUDA turns a division by a Python scalar or a
     CPU 0-dim tensor into ``x * fl(1/y)``). The inputs are ones where that product differs
     from the division, so a reciprocal anywhere in the path would fail here."""
-    from ecosim.torch.quantizer import _div
+    from ecosim.torch.numerics import _div
 
     x = np.random.default_rng(5).standard_normal(100_000).astype(np.float32)
     want = x / np.float32(448.0)

@@ -40,7 +40,7 @@ from ..formats import Format, get
 from ..rounding import SRC_F32 as _F32
 from ..rounding import SRC_F64 as _F64
 from ..scale_rules import absmean_scales, block_scales, refuse_nonfinite
-from .numerics import _div, _numpy_mean, scalar  # noqa: F401 (_div: what scales divide by)
+from .numerics import _numpy_mean, scalar
 from .scales import TORCH_SCALES
 from .rng import bits_chunk_size, chunk_size
 from .rounding import (_as_tensor, _check_representable, _run_chunks, _setup, from_work_bits,
