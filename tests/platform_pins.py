@@ -1,24 +1,38 @@
-"""The platform that pinned digests were computed on (imported as ``from platform_pins import
+"""The platforms that pinned digests were computed on (imported as ``from platform_pins import
 ...`` by tests that pin sha256 digests of results).
 
 A digest of floating-point results holds where the arithmetic is the same: BLAS products may
-sum in another order under another kernel, and NumPy's transcendental functions (exp, tanh,
-cos, log) take other vector paths on other CPUs (AVX-512 against AVX2). Element-wise IEEE
-operations (+, *, /, sqrt) are the same everywhere. A test whose digests go through the former
-checks them only where :func:`platform_probe` equals :data:`PINNED_PLATFORM` and skips
-elsewhere, naming both (:func:`skip_unless_pinned_platform`).
+sum in another order under another kernel, NumPy's transcendental functions (exp, tanh, cos,
+log) take other vector paths on other CPUs (AVX-512 against AVX2), and torch's CPU ops dispatch
+to kernels built for the CPU's vector width. Element-wise IEEE operations (+, *, /, sqrt) are
+the same everywhere. So a test pins its digests per platform of :data:`PLATFORMS` and checks
+those of the platform this machine computes as (:func:`pinned_platform`); elsewhere it skips,
+naming the probes.
 """
 import functools
 import hashlib
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 
 from ecosim.experiments.provenance import blas_fingerprint
 
-#: :func:`platform_probe` of the machine the digests were pinned on (x86-64 with AVX2, the
-#: locked NumPy and its OpenBLAS with Haswell kernels)
-PINNED_PLATFORM = ("d5ef2f766d382443", "e09a5f9cd1efe783")
+
+class Platform(NamedTuple):
+    probe: tuple[str, str]  #: :func:`platform_probe` there
+    torch_cpu: str  #: torch.backends.cpu.get_cpu_capability() there
+    about: str
+
+
+#: the platforms digests are pinned on, by the name the tests key their digests with
+PLATFORMS = {
+    "avx2": Platform(("d5ef2f766d382443", "e09a5f9cd1efe783"), "AVX2",
+                     "x86-64 with AVX2: the locked NumPy, its OpenBLAS with Haswell kernels"),
+    "avx512": Platform(("d5ef2f766d382443", "42d8757c8e628fdc"), "AVX512",
+                       "x86-64 with AVX-512 (AMD EPYC): the same BLAS products, NumPy's AVX-512 "
+                       "vector math"),
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -38,12 +52,23 @@ def platform_probe() -> tuple[str, str]:
     return blas_fingerprint()["probe"], h.hexdigest()[:16]
 
 
-def skip_unless_pinned_platform() -> None:
-    """Skip the calling test unless this machine computes as the pinning one did."""
+def pinned_platform(torch: bool = False) -> str:
+    """The name in :data:`PLATFORMS` of the platform this machine computes as, by
+    :func:`platform_probe` and, for ``torch=True`` (digests of torch runs), torch's CPU
+    capability as well (which kernels torch's CPU ops ran; the NumPy/BLAS probe does not say);
+    skips the calling test where none matches, naming the probes."""
     here = platform_probe()
-    if here != PINNED_PLATFORM:
-        pytest.skip(f"digests pinned on platform probe {PINNED_PLATFORM}, this machine gives "
-                    f"{here} (another BLAS kernel or vector math path)")
+    pinned = {name: p.probe for name, p in PLATFORMS.items()}
+    if torch:
+        import torch as _torch
+
+        here += (_torch.backends.cpu.get_cpu_capability(),)
+        pinned = {name: p.probe + (p.torch_cpu,) for name, p in PLATFORMS.items()}
+    for name, probe in pinned.items():
+        if probe == here:
+            return name
+    pytest.skip(f"digests pinned on platform probes {sorted(pinned.values())}, this machine "
+                f"gives {here} (another BLAS kernel or vector math path)")
 
 
 def digest_arrays(arrays: dict) -> str:

@@ -10,14 +10,20 @@ DQT ternary with SR; each run costs about a CPU-second. The digests were compute
 code before the training step's overheads were cut (commit 236958e) and must hold after any
 change that only makes a step cheaper.
 
-Like ``test_results_pinned``, the digests hold on the platform they were pinned on
-(``platform_pins``): matmuls and transcendental functions may round their last bits otherwise.
+Like ``test_results_pinned``, the digests hold per platform (``platform_pins``): matmuls and
+transcendental functions may round their last bits otherwise, and torch's CPU ops run kernels
+built for the CPU's vector width, so the platform includes torch's CPU capability
+(``pinned_platform(torch=True)``). The ``avx2`` digests are the ones computed at 236958e; the
+``avx512`` ones were computed from the same code (fbdf2bc's test on fbdf2bc, whose code is
+236958e's; b6f892d, 236958e's parent, gives the same) on an AMD EPYC with torch's AVX512
+kernels, and HEAD at 2055a85 reproduced them. There, fbdf2bc's code under
+``ATEN_CPU_CAPABILITY=avx2`` gives the ``avx2`` digests.
 """
 from __future__ import annotations
 
 import pytest
 
-from platform_pins import digest_arrays, skip_unless_pinned_platform
+from platform_pins import PLATFORMS, digest_arrays, pinned_platform
 
 torch = pytest.importorskip("torch")
 
@@ -27,18 +33,33 @@ from ecosim.torch import lm as tlm  # noqa: E402
 #: the smoke protocol of the ``lm`` experiment (LMTableConfig.SMOKE), seed 0
 SMOKE = dict(preset="tiny", steps=8, batch=4, seq=32, eval_every=4, eval_batches=2, seed=0)
 
-# method -> (sha256 of the result columns, sha256 of the final model and optimizer tensors)
+# platform (platform_pins.PLATFORMS) -> method -> (sha256 of the result columns, sha256 of
+# the final model and optimizer tensors)
 PINNED = {
-    "fp8_eco_sr": ("931a1e41a79f91518625cd013a67ece0c52bd28183a0c9c5cd141027b902f0a0",
-                    "4058e5f68dcea778d81adfd3057ba43239d46758d068c366b0a948ffd82b472f"),
-    "fp32": ("b4fb3adb91d3968641d5e5c1c8a259b4e67d941e7a033fe219c3b35e4e869358",
-              "90c96185c634726fb8ed41fb6656538f80e8409b82b696dd34069894d8cfa420"),
-    "fp8_master_rtn": ("2b4bacdced59399dc5559c648f5c22f12324913c9bc38dd02cf20ca7b39669fe",
-                        "f9ac08e25aec97da460309c4f7d6f18990bf5582a6b091d7d52777aff7364c55"),
-    "fp8_eco_rtn": ("453fae564250bb41e6e3523aa04dc435008206e416e5c94a8b5ce20952d92cf8",
-                     "f53a402dfa2a5b01dcb5f1b7d001a49d79c2a5fcb520d16b01e51442632d0796"),
-    "dqt_ternary_sr": ("7acfd3fff55eb4b07eaa42af97b15403b93fdfb4f0da7f1ca8687e4935312807",
-                        "214129125bb0cd584a2829caad694b6ab9bb5fd695debaab7df69caafb7732a9"),
+    "avx2": {
+        "fp8_eco_sr": ("931a1e41a79f91518625cd013a67ece0c52bd28183a0c9c5cd141027b902f0a0",
+                       "4058e5f68dcea778d81adfd3057ba43239d46758d068c366b0a948ffd82b472f"),
+        "fp32": ("b4fb3adb91d3968641d5e5c1c8a259b4e67d941e7a033fe219c3b35e4e869358",
+                 "90c96185c634726fb8ed41fb6656538f80e8409b82b696dd34069894d8cfa420"),
+        "fp8_master_rtn": ("2b4bacdced59399dc5559c648f5c22f12324913c9bc38dd02cf20ca7b39669fe",
+                           "f9ac08e25aec97da460309c4f7d6f18990bf5582a6b091d7d52777aff7364c55"),
+        "fp8_eco_rtn": ("453fae564250bb41e6e3523aa04dc435008206e416e5c94a8b5ce20952d92cf8",
+                        "f53a402dfa2a5b01dcb5f1b7d001a49d79c2a5fcb520d16b01e51442632d0796"),
+        "dqt_ternary_sr": ("7acfd3fff55eb4b07eaa42af97b15403b93fdfb4f0da7f1ca8687e4935312807",
+                           "214129125bb0cd584a2829caad694b6ab9bb5fd695debaab7df69caafb7732a9"),
+    },
+    "avx512": {
+        "fp8_eco_sr": ("31457e95f8aefc7c8bc7b34314fa95209bb33a3da98bee19153f6b662249a13d",
+                       "8a5a2592ea8c98352c85cff5c56ded6caa7f6b65b213f9ccfa2c4306c5fea577"),
+        "fp32": ("b4fb3adb91d3968641d5e5c1c8a259b4e67d941e7a033fe219c3b35e4e869358",
+                 "506e8574d5eb70a543e9c16c54f9d0ba788356ae5072e0046b6364653c450b94"),
+        "fp8_master_rtn": ("8efb4f5a69d97717dbec6b0df98ff523aded469eaa047ecf479c5a8ef46e8865",
+                           "7cbfb4295b63aee34c905feb95d132d974dee0906ceaacc011a3e9e8c4cdbda3"),
+        "fp8_eco_rtn": ("24ee444badefd901884e067fc85338bdb20e2f738d0b0230dffb9d955d7f8a69",
+                        "0834c65a55fb25b7f253e968d5251d0197a57b8f1ea4e9b90018994481956368"),
+        "dqt_ternary_sr": ("8dafba11edc1a598560f35d7c41062a93de43c1613e17184d1eb5f7d47cae7b8",
+                           "fded9d0dbfb96fc70b194dc6c963d99a87435380976c69ceb4cfabb0ad6dfa04"),
+    },
 }
 
 
@@ -72,7 +93,12 @@ def run_digests(method: str, out) -> tuple[str, str]:
     return digest_arrays(records_to_results([rec])), digest_arrays(final)
 
 
-@pytest.mark.parametrize("method", list(PINNED))
+def test_every_platform_pins_every_method():
+    assert set(PINNED) == set(PLATFORMS)
+    assert all(list(digests) == list(PINNED["avx2"]) for digests in PINNED.values())
+
+
+@pytest.mark.parametrize("method", list(PINNED["avx2"]))
 def test_smoke_lm_runs_are_pinned(method, tmp_path):
-    skip_unless_pinned_platform()
-    assert run_digests(method, tmp_path) == PINNED[method]
+    want = PINNED[pinned_platform(torch=True)][method]
+    assert run_digests(method, tmp_path) == want

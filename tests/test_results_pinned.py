@@ -11,22 +11,27 @@ a problem) makes this fail. The units cover the stop rule (mlp_methods), a diver
 (mlp_states' E4M3-SR states, seed 0, diverges at its first update), Muon, compressed states and
 the RTN stall's per-step trajectory.
 
-The digests hold for the platform the figures are built on (x86-64, the locked NumPy and its
-OpenBLAS): MLP and Muon runs go through BLAS products, whose last bits another BLAS kernel may
-legitimately change, and NumPy's transcendental functions (exp, tanh, log) have other vector
-paths on other CPUs (AVX-512 against AVX2). So the digests are checked only where both agree
-with the machine they were pinned on (``platform_pins``); elsewhere the test skips, saying why. A failure on that platform after a NumPy upgrade means the committed figures need a
-rebuild, not that the loop is wrong.
+The digests hold per platform (``platform_pins``): MLP and Muon runs go through BLAS
+products, whose last bits another BLAS kernel may legitimately change, and NumPy's
+transcendental functions (exp, tanh, log) have other vector paths on other CPUs (AVX-512
+against AVX2). So each platform of ``platform_pins.PLATFORMS`` has its digests, checked where
+this machine computes as that platform; elsewhere the test skips, saying why. The ``avx512``
+digests were computed on an AMD EPYC from the code the ``avx2`` ones come from, with f1bc125's
+test: b77db9f (8a43954's parent) for mlp_methods, mlp_states, mantissa_sweep and
+compressed_states, 965cc54 (f1bc125's parent, rtn_stall's own loop) for rtn_stall (each commit
+gave the same digests for all ten units); they equal the ``avx2`` ones, and HEAD at 2055a85
+reproduced them. A failure on a pinned platform after a NumPy upgrade means the
+committed figures need a rebuild, not that the loop is wrong.
 """
 from __future__ import annotations
 
 import pytest
 
 from ecosim import experiments as E
-from platform_pins import digest_arrays, skip_unless_pinned_platform
+from platform_pins import PLATFORMS, digest_arrays, pinned_platform
 
-# (experiment, unit) -> sha256 of the unit's results with the smoke config
-PINNED = [
+# (experiment, unit, sha256 of the unit's results with the smoke config)
+DIGESTS = [
     ("rtn_stall", {"scheme": "eco"},
      "c766cbdc9256fb08ca1279657038afa598bfccd4961ee4739064e80820b6a389"),
     ("rtn_stall", {"scheme": "naive"},
@@ -53,10 +58,20 @@ PINNED = [
 ]
 
 
-@pytest.mark.parametrize("name,unit,want", PINNED,
-                         ids=[f"{n}-{'-'.join(map(str, u.values()))}" for n, u, _ in PINNED])
-def test_smoke_unit_results_are_pinned(name, unit, want):
-    skip_unless_pinned_platform()
+#: platform (platform_pins.PLATFORMS) -> its (experiment, unit, digest) list: DIGESTS on both
+#: (the pinning code gave the AVX2 machine's digests on the AVX-512 one)
+PINNED = {"avx2": DIGESTS, "avx512": DIGESTS}
+
+
+def test_every_platform_pins_every_unit():
+    assert set(PINNED) == set(PLATFORMS)
+    assert all([u[:2] for u in units] == [u[:2] for u in DIGESTS] for units in PINNED.values())
+
+
+@pytest.mark.parametrize("case", range(len(DIGESTS)),
+                         ids=[f"{n}-{'-'.join(map(str, u.values()))}" for n, u, _ in DIGESTS])
+def test_smoke_unit_results_are_pinned(case):
+    name, unit, want = PINNED[pinned_platform()][case]
     exp = E.get(name)
     cfg = exp.default_config(smoke=True)
     assert unit in exp.unit_list(cfg)
