@@ -54,16 +54,20 @@ def platform_probe() -> tuple[str, str]:
 
 def pinned_platform(torch: bool = False) -> str:
     """The name in :data:`PLATFORMS` of the platform this machine computes as, by
-    :func:`platform_probe` and, for ``torch=True`` (digests of torch runs), torch's CPU
-    capability as well (which kernels torch's CPU ops ran; the NumPy/BLAS probe does not say);
-    skips the calling test where none matches, naming the probes."""
+    :func:`platform_probe`; skips the calling test where none matches, naming the probes.
+
+    With ``torch=True`` (digests of torch runs) a platform is the BLAS probe and torch's CPU
+    capability (which kernels torch's CPU ops ran) instead: a torch run does not go through
+    NumPy's vector math, so an AVX-512 machine running torch's AVX2 kernels
+    (``ATEN_CPU_CAPABILITY=avx2``, which the Makefile sets) computes as ``avx2`` (measured:
+    the code the LM digests were pinned from gives the ``avx2`` digests there)."""
     here = platform_probe()
     pinned = {name: p.probe for name, p in PLATFORMS.items()}
     if torch:
         import torch as _torch
 
-        here += (_torch.backends.cpu.get_cpu_capability(),)
-        pinned = {name: p.probe + (p.torch_cpu,) for name, p in PLATFORMS.items()}
+        here = (here[0], _torch.backends.cpu.get_cpu_capability())
+        pinned = {name: (p.probe[0], p.torch_cpu) for name, p in PLATFORMS.items()}
     for name, probe in pinned.items():
         if probe == here:
             return name
