@@ -50,6 +50,7 @@ class LMEcoAdamConfig(LMTableConfig):
     """The ``lm`` experiment's protocol with ECO's variants for AdamW (module docstring)."""
 
     methods: tuple[str, ...] = DEFAULT_METHODS
+    seeds: tuple[int, ...] = (3,)  # the lm experiment's first 3 (it runs 5)
 
     ONLY: ClassVar[tuple[str, ...]] = ECO_ADAM_METHODS
     SMOKE: ClassVar[dict] = {**LMTableConfig.SMOKE, "methods": ("fp8_ecomx_sr",)}

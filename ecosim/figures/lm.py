@@ -269,7 +269,7 @@ hatched: RTN; at the top, a cross where every seed diverged and a triangle where
 stalled: loss flat over the second half while BF16-with-master's still fell; "k✗" over a
 bar: k seeds failed and are left out of it). make figures runs preset micro (32,928
 non-embedding parameters) for 650 steps of 16 x 64 bytes: 20.2 training tokens per
-non-embedding parameter, 3 seeds. The numbers, and which of the paper's orderings hold, are
+non-embedding parameter, 5 seeds. The numbers, and which of the paper's orderings hold, are
 in lm_table.md beside the paper's Table 1.
 """
 
