@@ -9,7 +9,7 @@
 #   3. lm bench 30m (~60 s) and 200m (~120 s, SR only): benchmarks/torch_lm.py, ECO vs master
 #      optimizer step time, bytes per parameter held, peak minus activations, tokens/s;
 #   4. lm_protocol (~2 min, estimated: never measured): benchmarks/lm_protocol.py, the lm
-#      figures' protocol (preset micro, every method x 3 seeds, 650 steps each, the same
+#      figures' protocol (preset micro, every method x 3 of its 5 seeds, 650 steps each, the same
 #      settings as `make figures`) on CUDA, 12 runs at a time, into lm_protocol.jsonl with
 #      torch.cuda.max_memory_allocated per run;
 #      then, if matplotlib is importable, the lm_table/lm_pareto figures from that file.
@@ -119,7 +119,7 @@ PYEOF
   section lm_bench_200m "${T_LM200:-125}" "$PY" benchmarks/torch_lm.py --device cuda \
     --presets 200m --modes sr --reps 5 --train-steps 5
   section lm_protocol "${T_PROTOCOL:-170}" "$PY" benchmarks/lm_protocol.py --device cuda \
-    --jobs "${PROTOCOL_JOBS:-12}" --out "$OUT/lm_protocol.jsonl"
+    --jobs "${PROTOCOL_JOBS:-12}" --seeds "${PROTOCOL_SEEDS:-3}" --out "$OUT/lm_protocol.jsonl"
 fi
 if [ -s "$OUT/lm_protocol.jsonl" ] && "$PY" -c "import matplotlib" 2>/dev/null; then
   section lm_figures 45 "$PY" -m ecosim figures --only lm_table lm_pareto --no-progress \

@@ -126,3 +126,25 @@ def test_the_shipped_file_is_the_lm_protocol_with_the_papers_switches():
         assert (r["preset"], s["steps"], s["seq"], s["global_batch"], s["eval_batches"]) == (
             cfg.presets[0], cfg.steps[0], cfg.seq, cfg.batch, cfg.eval_batches)
         assert not r["diverged"] and math.isfinite(r["val_loss"])
+
+
+def test_the_plain_runs_are_cut_to_the_switched_runs_seeds():
+    """lm runs seeds 0-4, the shipped switched runs 0-2: the figure compares the same seeds on
+    both sides (its tables read 3 / 3 trained, not 3 / 5), and the input is not modified."""
+    five = records_to_results([_rec(m, s, v[s % 3] + 0.01 * s) for m, v in OFF.items()
+                               for s in range(5)])
+    before = {k: np.array(v, copy=True) for k, v in five.items()}
+    cut = sw.seeds_of_on(five, _on())
+    assert sorted(set(cut["seed"].tolist())) == [0, 1, 2]
+    assert len(cut["seed"]) == 3 * len(OFF)
+    keep = np.asarray(five["seed"]) < 3
+
+    def same(a, b):  # byte for byte (NaN-padded curves included)
+        a, b = np.asarray(a), np.asarray(b)
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    for k, v in five.items():
+        assert same(v, before[k])  # not modified
+        assert same(cut[k], np.asarray(v)[keep])
+    eff = {e["method"]: e for e in sw.switch_effects(cut, _on())}
+    assert all(e["outcomes_off"]["trained"] == 3 and e["seeds"] == [0, 1, 2]
+               for e in eff.values())

@@ -23,7 +23,8 @@ __all__ = ["lm_switches", "switches_markdown"]
 
 CAPTION = """
 The ECO paper's two switches on the lm protocol (preset micro, 650 steps, 20.2 training tokens
-per non-embedding parameter, 3 seeds paired by seed): BF16 with master weights multiplying in
+per non-embedding parameter, seeds 0-2 paired by seed: the lm experiment's first three of five,
+the seeds of the switched runs): BF16 with master weights multiplying in
 bf16 (autocast), and the FP8 methods rounding each quantized linear layer's input to E4M3 (RTN,
 one absmax scale per token). (a) Each method's validation loss with its switch on minus off,
 paired by seed (dot: mean; whiskers: 95% t-interval). (b) Gap to BF16 with master weights
@@ -79,6 +80,7 @@ def _refused(reason: str):
 def lm_switches(lm, lm_switches):
     # the experiments' result columns (a Run's, or plain column dicts as in the tests)
     off, on = (getattr(x, "results", x) for x in (lm, lm_switches))
+    off = _sw.seeds_of_on(off, on)  # the same seeds on both sides
     try:
         _sw.check_comparable(off, on)
         effects = _sw.switch_effects(off, on, checked=True)
