@@ -16,11 +16,17 @@ export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 # torch's CPU ops run kernels built for the CPU's vector width, and an AVX-512 kernel sums in
-# another order than the AVX2 one the committed figures were built with: pinned to AVX2 (on any
-# x86-64 with AVX2 or more), the language-model figures come out byte for byte on both kinds of
-# machine (measured on an AMD EPYC with AVX-512: all LM figures equal, none slower). A value set
-# by the user wins; torch ignores it on other CPUs.
-export ATEN_CPU_CAPABILITY ?= avx2
+# another order than the AVX2 one the committed figures were built with: pinned to AVX2 on an
+# x86-64 that has it, the language-model figures come out byte for byte on both kinds of
+# machine (measured on an AMD EPYC with AVX-512: all LM figures equal, none slower). Elsewhere
+# (ARM, an x86-64 without AVX2) it stays unset: torch would warn that the value is invalid
+# there, and the suite turns warnings into errors. A value set by the user wins.
+ifeq ($(origin ATEN_CPU_CAPABILITY),undefined)
+ATEN_CPU_CAPABILITY := $(shell [ "$$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo avx2)
+endif
+ifneq ($(ATEN_CPU_CAPABILITY),)
+export ATEN_CPU_CAPABILITY
+endif
 
 .PHONY: test test-slow test-latest figures bench torch lock clean
 

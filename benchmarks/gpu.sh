@@ -116,7 +116,7 @@ PYEOF
   section quantize "${T_QUANTIZE:-75}" "$PY" benchmarks/torch_quantize.py --log2n 24 --repeats 3
   section lm_bench_30m "${T_LM30:-90}" "$PY" benchmarks/torch_lm.py --device cuda --presets 30m \
     --reps 10 --train-steps 10
-  section lm_bench_200m "${T_LM200:-125}" "$PY" benchmarks/torch_lm.py --device cuda \
+  section lm_bench_200m "${T_LM200:-180}" "$PY" benchmarks/torch_lm.py --device cuda \
     --presets 200m --modes sr --reps 5 --train-steps 5
   section lm_protocol "${T_PROTOCOL:-170}" "$PY" benchmarks/lm_protocol.py --device cuda \
     --jobs "${PROTOCOL_JOBS:-12}" --seeds "${PROTOCOL_SEEDS:-3}" --out "$OUT/lm_protocol.jsonl"

@@ -20,9 +20,11 @@ For each preset (``ecosim.torch.model.PRESETS``) and each method, on one device:
 * ``tok/s``: tokens per second of those full training steps, the first (warm-up) step not
   counted.
 
-Between rows the previous model and optimizers are deleted and collected (``gc.collect()``:
-a ``QuantizedLinear`` and its gradient slot form a reference cycle, so without it earlier
-rows would stay allocated and inflate the CUDA figures).
+The step times come first: the four rows' models and optimizers are built together (for
+200m on CUDA about 13 GB at once) and their steps interleaved. Then memory and tokens/s row by
+row: between rows the previous model and optimizers are deleted and collected
+(``gc.collect()``: a ``QuantizedLinear`` and its gradient slot form a reference cycle, so
+without it earlier rows would stay allocated and inflate the CUDA figures).
 
 Methods: ``master`` (FP32 parameters + FP32 master copy: what a user has today), ``master``
 with FP8 code storage, ``eco`` with FP32 parameters, ``eco`` with FP8 code storage (the ECO
@@ -96,7 +98,7 @@ def time_opt_steps(preset: str, mode: str, reps: int, dev) -> dict:
             built[row][1].step()
             _sync(dev)
             times[row].append(time.perf_counter() - t0)
-    del built
+    del built, model, opts, qparams
     _release(dev)
     return {row: statistics.median(ts) for row, ts in times.items()}
 
@@ -160,7 +162,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--presets", nargs="+", default=["tiny", "small"])
     ap.add_argument("--modes", nargs="+", default=["rtn", "sr"], choices=["rtn", "sr"])
-    ap.add_argument("--reps", type=int, default=5, help="timed optimizer steps per row, interleaved (median)")
+    ap.add_argument("--reps", type=int, default=5,
+                    help="timed optimizer steps per row, interleaved (median)")
     ap.add_argument("--train-steps", type=int, default=3,
                     help="timed full training steps (0: skip tokens/s and peak memory)")
     ap.add_argument("--batch", type=int, default=None, help="default: the preset's")

@@ -83,3 +83,18 @@ def test_config_takes_only_ecos_variants():
     with pytest.raises(E.ConfigError, match="LMEcoAdamConfig.methods: expected names among"):
         cfg.override(["methods=fp8_eco_sr"])
     assert exp.requires == ("torch",)
+
+
+def test_the_lm_runs_are_cut_to_the_variants_seeds():
+    """lm runs 5 seeds, the variants 3: the plain rows use the variants' seeds only, so every
+    gap of the table is over the same seeds (and lm's columns are not modified)."""
+    lm = records_to_results([_record(m, s, 3.0 + 0.01 * s + (0.05 if "eco" in m else 0.0))
+                             for m in ("fp8_master_rtn", "fp8_eco_rtn") for s in range(5)])
+    seeds_before = np.array(lm["seed"], copy=True)
+    r = merged_runs(lm, _runs(["fp8_ecomx_rtn"]))
+    assert np.array_equal(lm["seed"], seeds_before)
+    for m in ("fp8_master_rtn", "fp8_eco_rtn", "fp8_ecomx_rtn"):
+        rows = np.asarray(r["method"]).astype(str) == m
+        assert sorted(np.asarray(r["seed"])[rows].tolist()) == [0, 1, 2]
+    eco = eco_adam_rows(r, {})[0]
+    assert eco["method"] == "fp8_eco_rtn" and eco["master"]["n"] == 3

@@ -16,7 +16,8 @@ as in the paper's figure), ECO + SR, naive + SR and naive + RTN, 3 seeds paired 
 data order and SR keys), validation on 4 batches of 64 every 17 steps. FP32 is left out to
 stay inside the CPU budget (add it with ``--set lm_moe.methods=...``). Cost measured on the
 shared 2-core machine: 433 CPU-seconds for the 15 runs under heavy load (about 29 per run; a
-single run measured at lighter load, 22 CPU-seconds).
+single run measured at lighter load, 22 CPU-seconds; 124 CPU-seconds for the 15 in the idle
+build of 2026-12-02).
 Batches of 64 sequences (not micro's 16) cost 2.5x less per token here, where the per-step
 overhead (four experts per block, 24 quantized tensors) dominates.
 

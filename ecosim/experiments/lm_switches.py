@@ -4,8 +4,8 @@ experiment ``lm_switches`` (figure ``lm_switches``).
 The ECO paper's BF16-with-master baseline multiplies in bf16 (``--bf16-autocast``), and its FP8
 methods round each quantized linear layer's input to E4M3 (``--act-fp8``: RTN, one absmax
 scale per token). The ``lm`` experiment runs with both off. The 21 switched runs (every method
-but FP32, seeds 0, 1 and 2: :data:`SEEDS`; the ``lm`` experiment runs 5) took 125-391 s of wall time each, 5,750 s in all, on the shared 2-core
-machine under a load of 6-8 (the plain runs take 30-40 CPU-s each on an idle machine): too
+but FP32, seeds 0, 1 and 2: :data:`SEEDS`; the ``lm`` experiment runs 5) took 125-391 s of
+wall time each, 5,750 s in all, on the shared 2-core machine under a load of 6-8 (the plain runs take 30-40 CPU-s each on an idle machine): too
 much for ``make figures``. So they were made once with the documented commands and ship with
 ecosim as a results file
 (``ecosim/data/lm_switches.jsonl``)::
@@ -18,8 +18,8 @@ ecosim as a results file
 
 This experiment only reads that file (its unit is the file's SHA-256, so the cache follows
 the file's contents); the figure pairs each switched run with the ``lm`` experiment's run of
-the same method and seed (so over seeds 0-2), and refuses (says so in the figure, computes nothing) when the two
-are not the same protocol apart from the switches: the file is then stale and must be remade
+the same method and seed (so over seeds 0-2), and refuses (says so in the figure, computes
+nothing) when the two are not the same protocol apart from the switches: the file is then stale and must be remade
 with the commands above.
 """
 from __future__ import annotations

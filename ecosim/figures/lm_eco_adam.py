@@ -35,8 +35,8 @@ makes that up to ~11 times the first step's rate). (a) Final validation loss min
 master weights' of the same rounding, (b) minus plain ECO's, paired by seed (dot: mean;
 whiskers: 95% t-interval; open diamond: the same gap on the MLP, eco_adam_breakdown, where it
 was measured). By default make figures runs every variant with RTN and the momentum-exact rule
-with SR too (about 7 CPU-minutes): RTN is where ECO's gap to master is largest on this
-protocol, and the exact rule with SR says whether removing e_prev ~ e moves ECO+SR; the other
+with SR too (2-7 CPU-minutes, by machine and load): RTN is where ECO's gap to master is
+largest on this protocol, and the exact rule with SR says whether removing e_prev ~ e moves ECO+SR; the other
 two run with --set lm_eco_adam.methods=... The numbers are in lm_eco_adam.md.
 """
 
@@ -61,7 +61,9 @@ def _rows(columns: dict, keep: np.ndarray) -> dict:
 
 def merged_runs(lm: dict, variants: dict) -> dict:
     """The variants' result columns (``lm_eco_adam``) and the ``lm`` runs they are paired
-    with (FP8 master and ECO, both roundings), as one set of columns.
+    with (FP8 master and ECO, both roundings, of the variants' seeds only: ``lm`` runs 5
+    seeds, the variants 3, and a gap over five beside gaps over three would differ by the
+    seeds as much as by the method), as one set of columns.
 
     Raises:
         ValueError: a variant's run is not the protocol of the ``lm`` runs of its preset
@@ -70,6 +72,8 @@ def merged_runs(lm: dict, variants: dict) -> dict:
     """
     keep = np.isin(np.asarray(lm["method"]).astype(str),
                    [f"fp8_{s}_{m}" for s in ("master", "eco") for m in ("rtn", "sr")])
+    keep &= np.isin(np.asarray(lm["seed"]).astype(np.int64),
+                    np.unique(np.asarray(variants["seed"]).astype(np.int64)))
     sub = _rows({k: lm[k] for k in variants}, keep)
     for preset in dict.fromkeys(np.asarray(variants["preset"]).astype(str)):
         check_comparable(_rows(sub, np.asarray(sub["preset"]).astype(str) == preset),

@@ -48,14 +48,14 @@ def switches_markdown(effects, methods, cells_off, cells_on, order_off, order_on
     lines += ["", "Effect: the switched run's final validation loss (nats per byte) minus the "
               "plain run's, per seed (same init, data order and SR keys), mean and "
               f"{_claims.LM_LEVEL:.0%} t-interval over the seeds where both trained.", "",
-              "| method | switches off (lm) | paper's switches |", "|---|---|---|"]
+              "| method | switches off (lm, same seeds) | paper's switches |", "|---|---|---|"]
     for m in methods:
         lines.append(f"| {method_label(m)} | {cell_text(cells_off, 0, m)} | "
                      f"{cell_text(cells_on, 0, m)} |")
     lines += ["", "Final validation loss, mean ± sd over the seeds that trained, in brackets the "
               "gap to BF16 with master weights paired by seed. Paper's switches: BF16 with "
               "master in bf16 autocast, the FP8 methods with E4M3 activations, FP32 plain.", "",
-              "| paper's ordering | paper (A - B) | switches off (lm) | paper's switches |",
+              "| paper's ordering | paper (A - B) | switches off (lm, same seeds) | paper's switches |",
               "|---|---|---|---|"]
     on = {(o["a"], o["rel"], o["b"]): o for o in order_on}
     for o in order_off:
