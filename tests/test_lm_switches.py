@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ecosim.claims import lm_switches as sw
+from ecosim.claims import runs_of_seeds
 from ecosim.experiments import lm_switches as exp_sw
 from ecosim.experiments.lm import LMTableConfig, read_records, records_to_results, run_setting
 from ecosim.figures.lm_switches import lm_switches as figure_fn
@@ -134,7 +135,7 @@ def test_the_plain_runs_are_cut_to_the_switched_runs_seeds():
     five = records_to_results([_rec(m, s, v[s % 3] + 0.01 * s) for m, v in OFF.items()
                                for s in range(5)])
     before = {k: np.array(v, copy=True) for k, v in five.items()}
-    cut = sw.seeds_of_on(five, _on())
+    cut = runs_of_seeds(five, _on())
     assert sorted(set(cut["seed"].tolist())) == [0, 1, 2]
     assert len(cut["seed"]) == 3 * len(OFF)
     keep = np.asarray(five["seed"]) < 3

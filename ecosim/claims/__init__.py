@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from . import dqt, horizon, lm, sr_bits, stats, table, theory  # noqa: F401
 from .lm import (EQUIV_MARGIN, LM_BASE, LM_LEVEL, LM_ORDERINGS, STALL_FROM, STALL_MIN_DROP,
-                 STALL_RATIO, lm_cells, lm_orderings, lm_outcomes)
+                 STALL_RATIO, lm_cells, lm_orderings, lm_outcomes, runs_of_seeds)
 from .stats import t_interval
 from .table import Claim
 from .theory import (HEADER, TOL_CLOSED_FORM, TOL_ETA_LAW, TOL_FP8_PARTLY, TOL_GROWTH_ECO,
@@ -38,4 +38,4 @@ __all__ = ["HEADER", "TOL_CLOSED_FORM", "TOL_ETA_LAW", "TOL_FP8_PARTLY", "TOL_GR
            "TOL_GROWTH_NAIVE", "Claim", "claims_markdown", "evaluate",
            "EQUIV_MARGIN", "LM_BASE", "LM_LEVEL", "LM_ORDERINGS", "STALL_FROM",
            "STALL_MIN_DROP", "STALL_RATIO", "lm_cells", "lm_orderings", "lm_outcomes",
-           "t_interval"]
+           "runs_of_seeds", "t_interval"]

@@ -12,7 +12,7 @@ import numpy as np
 from .stats import LEVEL, sign_verdict, t_interval
 
 __all__ = ["EQUIV_MARGIN", "LM_BASE", "LM_LEVEL", "LM_ORDERINGS", "STALL_FROM", "STALL_MIN_DROP",
-           "STALL_RATIO", "lm_cells", "lm_orderings", "lm_outcomes"]
+           "STALL_RATIO", "lm_cells", "lm_orderings", "lm_outcomes", "runs_of_seeds"]
 
 LM_LEVEL = LEVEL         # two-sided level of the t-intervals
 LM_BASE = "bf16_master"  # gaps are paired to this method (BF16 weights with an FP32 master)
@@ -84,6 +84,17 @@ def lm_outcomes(r, group=None, base: str = LM_BASE) -> np.ndarray:
         if theirs > STALL_MIN_DROP and mine < STALL_RATIO * theirs:
             out[i] = "stalled"
     return out.astype(str)
+
+
+def runs_of_seeds(r, other) -> dict[str, np.ndarray]:
+    """The rows of result columns ``r`` whose seed ``other`` has runs of (``r`` is not
+    modified): a table that sets runs of two experiments side by side compares the same
+    seeds, since a mean over five seeds beside one over three (the ``lm`` experiment runs
+    seeds 0-4; ``lm_eco_adam`` and the shipped switched runs 0-2) differs by the seeds as
+    much as by the method."""
+    keep = np.isin(np.asarray(r["seed"]).astype(np.int64),
+                   np.unique(np.asarray(other["seed"]).astype(np.int64)))
+    return {k: np.asarray(v)[keep] for k, v in r.items()}
 
 
 def _paired(r, g, oc, c, a: str, b: str) -> tuple[np.ndarray, list[int]]:

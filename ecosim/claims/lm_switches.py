@@ -30,7 +30,7 @@ from .lm import lm_outcomes
 from .stats import t_interval
 
 __all__ = ["SWITCHES", "setting_without_switches", "switches_of", "check_comparable",
-           "seeds_of_on", "switch_effects", "paper_protocol"]
+           "switch_effects", "paper_protocol"]
 
 #: The switches a run record can carry (its ``run_setting`` key) and their labels.
 SWITCHES = dict(zip(SWITCH_FLAGS, ("bf16 autocast", "E4M3 activations"), strict=True))
@@ -93,16 +93,6 @@ def check_comparable(off, on, *, switched: bool = True, remedy: str = _REMAKE) -
                        "its formatting")
             raise ValueError(f"{run} differs from the reference protocol in {key!r} "
                              f"({d.get(key)!r:.60} vs {ref.get(key)!r:.60}): {remedy}")
-
-
-def seeds_of_on(off, on) -> dict[str, np.ndarray]:
-    """The rows of ``off`` whose seed ``on`` has runs of, so that a table of both compares the
-    same seeds (the ``lm`` experiment runs seeds 0-4, the shipped switched runs 0-2: a mean
-    over five seeds beside one over three would differ by the seeds as much as by the
-    switches). ``off`` is not modified."""
-    keep = np.isin(np.asarray(off["seed"]).astype(np.int64),
-                   np.unique(np.asarray(on["seed"]).astype(np.int64)))
-    return {k: np.asarray(v)[keep] for k, v in off.items()}
 
 
 def switch_effects(off, on, *, checked: bool = False) -> list[dict]:

@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 
 from .. import recipes
-from ..claims import lm_cells
+from ..claims import lm_cells, runs_of_seeds
 from ..claims.eco_adam import paired_gaps
 from ..claims.lm_switches import check_comparable
 from ..claims.stats import LEVEL, counts_text, interval_text
@@ -36,8 +36,8 @@ master weights' of the same rounding, (b) minus plain ECO's, paired by seed (dot
 whiskers: 95% t-interval; open diamond: the same gap on the MLP, eco_adam_breakdown, where it
 was measured). By default make figures runs every variant with RTN and the momentum-exact rule
 with SR too (2-7 CPU-minutes, by machine and load): RTN is where ECO's gap to master is
-largest on this protocol, and the exact rule with SR says whether removing e_prev ~ e moves ECO+SR; the other
-two run with --set lm_eco_adam.methods=... The numbers are in lm_eco_adam.md.
+largest on this protocol, and the exact rule with SR says whether removing e_prev ~ e moves
+ECO+SR; the other two run with --set lm_eco_adam.methods=... The numbers are in lm_eco_adam.md.
 """
 
 #: the MLP scheme (eco_adam_breakdown's approx part) of each LM variant; None: not measured
@@ -70,11 +70,10 @@ def merged_runs(lm: dict, variants: dict) -> dict:
             (:func:`ecosim.claims.lm_switches.check_comparable`; the message names the run
             and the field that differs): paired by seed they would give no pair at all.
     """
+    lm = runs_of_seeds({k: lm[k] for k in variants}, variants)
     keep = np.isin(np.asarray(lm["method"]).astype(str),
                    [f"fp8_{s}_{m}" for s in ("master", "eco") for m in ("rtn", "sr")])
-    keep &= np.isin(np.asarray(lm["seed"]).astype(np.int64),
-                    np.unique(np.asarray(variants["seed"]).astype(np.int64)))
-    sub = _rows({k: lm[k] for k in variants}, keep)
+    sub = _rows(lm, keep)
     for preset in dict.fromkeys(np.asarray(variants["preset"]).astype(str)):
         check_comparable(_rows(sub, np.asarray(sub["preset"]).astype(str) == preset),
                          _rows(variants, np.asarray(variants["preset"]).astype(str) == preset),

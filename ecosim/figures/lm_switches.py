@@ -55,7 +55,8 @@ def switches_markdown(effects, methods, cells_off, cells_on, order_off, order_on
     lines += ["", "Final validation loss, mean ± sd over the seeds that trained, in brackets the "
               "gap to BF16 with master weights paired by seed. Paper's switches: BF16 with "
               "master in bf16 autocast, the FP8 methods with E4M3 activations, FP32 plain.", "",
-              "| paper's ordering | paper (A - B) | switches off (lm, same seeds) | paper's switches |",
+              "| paper's ordering | paper (A - B) | switches off (lm, same seeds) | "
+              "paper's switches |",
               "|---|---|---|---|"]
     on = {(o["a"], o["rel"], o["b"]): o for o in order_on}
     for o in order_off:
@@ -80,7 +81,7 @@ def _refused(reason: str):
 def lm_switches(lm, lm_switches):
     # the experiments' result columns (a Run's, or plain column dicts as in the tests)
     off, on = (getattr(x, "results", x) for x in (lm, lm_switches))
-    off = _sw.seeds_of_on(off, on)  # the same seeds on both sides
+    off = _claims.runs_of_seeds(off, on)  # the same seeds on both sides
     try:
         _sw.check_comparable(off, on)
         effects = _sw.switch_effects(off, on, checked=True)
