@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -30,25 +31,48 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
-def protocol(preset=None, steps=None, methods=None, seeds=None):
+def steps_for(preset: str, tokens_per_param: float, batch: int, seq: int) -> int:
+    """Steps that give ``preset`` at least ``tokens_per_param`` training tokens per
+    non-embedding parameter with ``batch`` sequences of ``seq`` tokens a step."""
+    from ecosim.torch.model import PRESETS, param_counts
+
+    n = param_counts(PRESETS[preset].model)["non_embedding"]
+    return math.ceil(tokens_per_param * n / (batch * seq))
+
+
+def protocol(preset=None, steps=None, methods=None, seeds=None, tokens_per_param=None,
+             lr=None):
     """The runs of the lm experiment's default config (or the given overrides): a list of
-    ``(method, seed, argv)`` with the runner's command-line arguments."""
+    ``(method, seed, argv)`` with the runner's command-line arguments.
+
+    ``tokens_per_param`` sets the steps from the budget (:func:`steps_for`); validation then
+    runs every tenth of the run, as the protocol's does. ``lr``: the peak learning rate
+    (default: the preset's)."""
     from ecosim.experiments.lm import LMTableConfig
 
     cfg = LMTableConfig()
     preset = preset or cfg.presets[0]
+    if steps is not None and tokens_per_param is not None:
+        raise SystemExit("give --steps or --tokens-per-param, not both")
+    if tokens_per_param is not None:
+        if not tokens_per_param > 0:
+            raise SystemExit(f"--tokens-per-param must be positive, got {tokens_per_param}")
+        steps = steps_for(preset, tokens_per_param, cfg.batch, cfg.seq)
     if steps is None and preset in cfg.presets:
         steps = cfg.steps[cfg.presets.index(preset)]
     if steps is None:
         raise SystemExit(f"--steps is needed for preset {preset!r} (not in the protocol)")
+    # validation every tenth of the run (the protocol's 65 of 650)
+    eval_every = max(1, steps * cfg.eval_every // cfg.steps[0])
     runs = []
     for method in methods or cfg.methods:
         for seed in range(seeds or cfg.seeds[0]):
             runs.append((method, seed, [
                 "--preset", preset, "--method", method, "--seed", str(seed),
                 "--steps", str(steps), "--batch", str(cfg.batch), "--seq", str(cfg.seq),
-                "--eval-every", str(min(cfg.eval_every, steps)),
-                "--eval-batches", str(cfg.eval_batches), "--quiet"]))
+                "--eval-every", str(min(eval_every, steps)),
+                "--eval-batches", str(cfg.eval_batches), "--quiet"]
+                + ([] if lr is None else ["--lr", repr(float(lr))])))
     return runs
 
 
@@ -59,6 +83,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="results file (JSON lines; replaced)")
     ap.add_argument("--preset", help="default: the protocol's")
     ap.add_argument("--steps", type=int, help="default: the protocol's for its preset")
+    ap.add_argument("--tokens-per-param", type=float,
+                    help="set the steps from a budget of training tokens per non-embedding "
+                         "parameter (instead of --steps)")
+    ap.add_argument("--lr", type=float, help="peak learning rate (default: the preset's)")
     ap.add_argument("--methods", nargs="+", help="default: the protocol's (all)")
     ap.add_argument("--seeds", type=int, help="number of seeds (default: the protocol's)")
     ap.add_argument("--extra", action="append", default=[],
@@ -66,7 +94,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs must be a positive integer, got {args.jobs}")
-    runs = protocol(args.preset, args.steps, args.methods, args.seeds)
+    runs = protocol(args.preset, args.steps, args.methods, args.seeds, args.tokens_per_param,
+                    args.lr)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))

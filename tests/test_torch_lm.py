@@ -234,7 +234,7 @@ RECORD_KEYS = {
     "diverged", "diverged_at_step", "curve", "bytes_per_param", "peak_memory_bytes",
     "peak_memory_kind", "tokens_per_s", "wall_s", "train_s", "eval_s", "segments", "storage",
     "fsdp", "device", "device_name", "torch", "python", "threads", "corpus", "split",
-    "eval_batches", "diagnostics", "autocast", "act_fp8"}
+    "eval_every", "eval_batches", "diverge_loss", "diagnostics", "autocast", "act_fp8"}
 
 
 def test_record_schema_via_cli(corpus, tmp_path, capsys):

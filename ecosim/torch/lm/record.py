@@ -129,7 +129,8 @@ def build(run, diverged: bool) -> dict:
         "split": {"block": _data.SPLIT_BLOCK, "val_every": _data.VAL_EVERY,
                   "train_bytes": int(run.train_tok.numel()),
                   "val_bytes": int(run.val_tok.numel())},
-        "eval_batches": cfg.eval_batches,
+        "eval_every": cfg.eval_every, "eval_batches": cfg.eval_batches,
+        "diverge_loss": cfg.diverge_loss,
         "diagnostics": hist.get("diagnostics") if cfg.diagnostics else None,
     }
     if hist.get("init") is not None:  # --init-from: the checkpoint, and the loss it starts at
