@@ -15,17 +15,27 @@ LATEST := .venv-latest
 export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
-# torch's CPU ops run kernels built for the CPU's vector width, and an AVX-512 kernel sums in
-# another order than the AVX2 one the committed figures were built with: pinned to AVX2 on an
-# x86-64 that has it, the language-model figures come out byte for byte on both kinds of
-# machine (measured on an AMD EPYC with AVX-512: all LM figures equal, none slower). Elsewhere
-# (ARM, an x86-64 without AVX2) it stays unset: torch would warn that the value is invalid
-# there, and the suite turns warnings into errors. A value set by the user wins.
+# The committed figures and the pinned digests were computed with AVX2 kernels: OpenBLAS's
+# Haswell kernels for NumPy's matrix products and torch's AVX2 kernels for its CPU ops. On a
+# machine with AVX-512 both libraries would pick wider kernels that sum in another order, and
+# every figure built on a matrix product would differ in its last bits. Pinned to the AVX2
+# kernels on any x86-64 that has AVX2 and FMA, the figures come out byte for byte and the
+# pinned tests run on both kinds of machine. Elsewhere (ARM, an older x86-64) the pins stay
+# unset: the kernels cannot run there (torch would warn that the value is invalid, and the
+# suite turns warnings into errors). A value set by the user wins.
+AVX2 := $(shell [ "$$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null \
+	&& grep -qw fma /proc/cpuinfo 2>/dev/null && echo yes)
 ifeq ($(origin ATEN_CPU_CAPABILITY),undefined)
-ATEN_CPU_CAPABILITY := $(shell [ "$$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo avx2)
+ATEN_CPU_CAPABILITY := $(if $(AVX2),avx2)
 endif
 ifneq ($(ATEN_CPU_CAPABILITY),)
 export ATEN_CPU_CAPABILITY
+endif
+ifeq ($(origin OPENBLAS_CORETYPE),undefined)
+OPENBLAS_CORETYPE := $(if $(AVX2),Haswell)
+endif
+ifneq ($(OPENBLAS_CORETYPE),)
+export OPENBLAS_CORETYPE
 endif
 
 .PHONY: test test-slow test-latest figures bench torch lock clean

@@ -6,11 +6,20 @@ sum in another order under another kernel, NumPy's transcendental functions (exp
 log) take other vector paths on other CPUs (AVX-512 against AVX2), and torch's CPU ops dispatch
 to kernels built for the CPU's vector width. Element-wise IEEE operations (+, *, /, sqrt) are
 the same everywhere. So a test pins its digests per platform of :data:`PLATFORMS` and checks
-those of the platform this machine computes as (:func:`pinned_platform`); elsewhere it skips,
-naming the probes.
+those of the platform this machine computes as (:func:`pinned_platform`).
+
+A guard that skips on an unknown machine is a guard that is off, so a machine that matches no
+platform fails the pinned tests wherever the pinned kernels can run (an x86-64 with AVX2 and
+FMA: OpenBLAS's Haswell kernels and torch's AVX2 kernels, which the Makefile selects with
+``OPENBLAS_CORETYPE=Haswell`` and ``ATEN_CPU_CAPABILITY=avx2``), and skips, saying why, only
+where they cannot (ARM, an older x86-64). A new platform that can run them but still computes
+other bits (another vector-math path in NumPy, say) is pinned by adding it to
+:data:`PLATFORMS` with the digests the tests print, computed from the code the digests were
+pinned from.
 """
 import functools
 import hashlib
+import platform
 from typing import NamedTuple
 
 import numpy as np
@@ -54,13 +63,17 @@ def platform_probe() -> tuple[str, str]:
 
 def pinned_platform(torch: bool = False) -> str:
     """The name in :data:`PLATFORMS` of the platform this machine computes as, by
-    :func:`platform_probe`; skips the calling test where none matches, naming the probes.
+    :func:`platform_probe`.
 
     With ``torch=True`` (digests of torch runs) a platform is the BLAS probe and torch's CPU
     capability (which kernels torch's CPU ops ran) instead: a torch run does not go through
     NumPy's vector math, so an AVX-512 machine running torch's AVX2 kernels
     (``ATEN_CPU_CAPABILITY=avx2``, which the Makefile sets) computes as ``avx2`` (measured:
-    the code the LM digests were pinned from gives the ``avx2`` digests there)."""
+    the code the LM digests were pinned from gives the ``avx2`` digests there).
+
+    Where no platform matches: fails if this machine can run the pinned kernels
+    (:func:`can_run_pinned_kernels`: the environment did not select them, or the CPU computes
+    other bits), skips only where it cannot."""
     here = platform_probe()
     pinned = {name: p.probe for name, p in PLATFORMS.items()}
     if torch:
@@ -71,8 +84,33 @@ def pinned_platform(torch: bool = False) -> str:
     for name, probe in pinned.items():
         if probe == here:
             return name
-    pytest.skip(f"digests pinned on platform probes {sorted(pinned.values())}, this machine "
-                f"gives {here} (another BLAS kernel or vector math path)")
+    why = (f"digests pinned on platform probes {sorted(pinned.values())}, this machine gives "
+           f"{here}")
+    if not can_run_pinned_kernels():
+        pytest.skip(f"{why}: the pinned AVX2 kernels cannot run on this machine "
+                    f"({platform.machine()} without AVX2 and FMA)")
+    pytest.fail(f"{why}, though it can run the pinned AVX2 kernels: run the tests with "
+                "OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 (make test sets both); if "
+                "the probes still match no platform, this CPU computes other bits: pin it in "
+                "tests/platform_pins.PLATFORMS", pytrace=False)
+
+
+def can_run_pinned_kernels() -> bool:
+    """Whether this machine can run the kernels the digests were pinned with: an x86-64 whose
+    CPU has AVX2 and FMA (OpenBLAS's Haswell kernels, torch's AVX2 kernels)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f
+                          if line.startswith("flags")), [])
+    except OSError:  # not Linux: ask torch, which knows its CPU's capability
+        try:
+            import torch as _torch
+        except ImportError:
+            return False
+        return _torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    return "avx2" in flags and "fma" in flags
 
 
 def digest_arrays(arrays: dict) -> str:
