@@ -7,12 +7,15 @@ curve_step and curve_val, one row per run.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from .stats import LEVEL, sign_verdict, t_interval
 
 __all__ = ["EQUIV_MARGIN", "LM_BASE", "LM_LEVEL", "LM_ORDERINGS", "STALL_FROM", "STALL_MIN_DROP",
-           "STALL_RATIO", "lm_cells", "lm_orderings", "lm_outcomes", "runs_of_seeds"]
+           "STALL_RATIO", "check_protocol", "lm_cells", "lm_gaps", "lm_orderings",
+           "lm_outcomes", "runs_of_seeds"]
 
 LM_LEVEL = LEVEL         # two-sided level of the t-intervals
 LM_BASE = "bf16_master"  # gaps are paired to this method (BF16 weights with an FP32 master)
@@ -29,6 +32,7 @@ LM_ORDERINGS = (
     ("fp8_eco_sr", "~", "bf16_master", "+0.008 to +0.009"),
     ("fp8_eco_sr", "<", "fp8_naive_sr", "-0.069 to -0.41"),
     ("fp8_eco_sr", "<", "fp8_eco_rtn", "-0.014 to -0.069"),
+    ("fp8_eco_rtn", "<", "fp8_naive_sr", "-0.037 to -0.34"),
     ("fp8_eco_rtn", "<", "fp8_naive_rtn", "naive+RTN diverged at every size"),
     ("fp8_naive_sr", "<", "fp8_naive_rtn", "naive+RTN diverged at every size"),
 )
@@ -106,6 +110,56 @@ def _paired(r, g, oc, c, a: str, b: str) -> tuple[np.ndarray, list[int]]:
     x, y = trained(a), trained(b)
     seeds = sorted(set(x) & set(y))
     return np.array([x[s] - y[s] for s in seeds]), seeds
+
+
+def lm_gaps(r, a: str, b: str, group=None, base: str = LM_BASE) -> dict:
+    """Per group, the paired gap ``val_loss(a) - val_loss(b)``: :func:`t_interval` of the
+    per-seed differences over the seeds where both trained (stalled and diverged runs, judged
+    against ``base`` as in :func:`lm_outcomes`, enter no difference), with its ``seeds``.
+
+    Returns:
+        ``{group: interval}`` for every group that has runs of both methods.
+    """
+    g = _groups(r, group)
+    oc = lm_outcomes(r, g, base)
+    method = np.asarray(r["method"]).astype(str)
+    out = {}
+    for c in sorted(set(g.tolist())):
+        if not ((method[g == c] == a).any() and (method[g == c] == b).any()):
+            continue
+        diff, seeds = _paired(r, g, oc, c, a, b)
+        out[c] = {**t_interval(diff), "seeds": seeds}
+    return out
+
+
+def check_protocol(ref, runs, vary: tuple[str, ...], remedy: str) -> None:
+    """Refuse (ValueError naming the run and the field, ending with ``remedy``) unless every
+    run of ``runs`` is the protocol of ``ref``'s runs apart from the fields ``vary`` of their
+    :func:`~ecosim.experiments.lm.run_setting` (and the preset, whose model is the field
+    ``model``): the one check that lets runs of two experiments stand side by side as
+    columns of one table.
+
+    Raises:
+        ValueError: ``ref`` holds no runs or more than one protocol (once ``vary`` is set
+            aside), or a run of ``runs`` differs from it in another field.
+    """
+    def rest(setting) -> dict:
+        d = json.loads(str(setting))
+        return {k: v for k, v in d.items() if k not in vary}
+
+    base = {json.dumps(rest(s), sort_keys=True) for s in ref["setting"]}
+    if len(base) != 1:
+        raise ValueError(f"the reference runs hold {len(base)} protocols apart from "
+                         f"{list(vary)}; expected one")
+    want = json.loads(base.pop())
+    for i in range(len(runs["method"])):
+        got = rest(runs["setting"][i])
+        key = next((k for k in sorted(set(got) | set(want)) if got.get(k) != want.get(k)), None)
+        if key is not None:
+            raise ValueError(f"run {runs['method'][i]} seed {int(runs['seed'][i])} "
+                             f"({runs['preset'][i]}) differs from the reference protocol in "
+                             f"{key!r} ({got.get(key)!r:.60} vs {want.get(key)!r:.60}): "
+                             f"{remedy}")
 
 
 def lm_cells(r, group=None, base: str = LM_BASE) -> dict:

@@ -23,6 +23,7 @@ from . import sr_bits  # noqa: E402,F401  isort: skip
 from . import lm_finetune  # noqa: E402,F401  isort: skip
 from . import lm_eco_adam  # noqa: E402,F401  isort: skip
 from . import lm_switches  # noqa: E402,F401  isort: skip
+from . import lm_budget  # noqa: E402,F401  isort: skip
 
 __all__ = ["Cache", "Config", "ConfigError", "Experiment", "InlineExecutor", "Results", "Run",
            "RunStats", "experiment", "experiments", "get", "load_results", "make_executor", "run",

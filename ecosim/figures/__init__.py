@@ -31,6 +31,7 @@ from . import sr_bits  # noqa: E402,F401  isort: skip
 from . import lm_finetune  # noqa: E402,F401  isort: skip  (needs the torch backend)
 from . import lm_eco_adam  # noqa: E402,F401  isort: skip  (needs the torch backend)
 from . import lm_switches  # noqa: E402,F401  isort: skip
+from . import lm_scaling  # noqa: E402,F401  isort: skip
 from . import claims  # noqa: E402,F401  isort: skip  (last: it summarises the others)
 
 __all__ = ["BuildReport", "FigureReport", "FigureSpec", "build", "figure", "figures", "get",

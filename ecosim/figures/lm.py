@@ -36,7 +36,7 @@ from .base import figure
 from .mlp_methods import PAPER_SIZES, PAPER_TABLE1, method_style
 
 __all__ = ["lm_table", "lm_pareto", "lm_markdown", "method_label", "run_style", "columns",
-           "method_order", "cell_text", "verdict_text", "aligned_curves"]
+           "method_order", "cell_text", "verdict_text", "aligned_curves", "with_budget"]
 
 def method_label(method: str) -> str:
     """The label of a method name of :data:`ecosim.recipes.LM_METHODS` (``fp8_eco_sr -> "FP8
@@ -59,6 +59,32 @@ def run_style(method: str) -> dict:
 
 
 BASE = "bf16_master"  # the paired gaps are to this method
+
+# what a refused shipped file of budget runs asks for
+_REMAKE_BUDGET = ("remake the shipped file with the commands of ecosim.experiments.lm_budget "
+                  "(benchmarks/lm_protocol.py)")
+
+
+def with_budget(lm, lm_budget) -> tuple[dict, str]:
+    """The ``lm`` experiment's runs and the shipped runs of ``lm_budget`` (other sizes, budgets
+    and learning rates) as one set of result columns, and a note ('' when both are shown).
+
+    The shipped runs join only when they are the ``lm`` protocol apart from the model, steps
+    and lr (:func:`ecosim.claims.lm.check_protocol`); otherwise the note says which field
+    differs and the ``lm`` runs stand alone. Either argument may be a Run (its ``results``)
+    or result columns; ``lm_budget`` may be None (no shipped runs)."""
+    from ..experiments.lm import combine_runs
+    from ..experiments.lm_budget import VARIED
+
+    r = getattr(lm, "results", lm)
+    if lm_budget is None:
+        return r, ""
+    b = getattr(lm_budget, "results", lm_budget)
+    try:
+        _claims.check_protocol(r, b, VARIED, _REMAKE_BUDGET)
+    except ValueError as exc:
+        return r, f"The shipped runs at other budgets are not shown: {exc}."
+    return combine_runs(None, [], [r, b]), ""
 
 
 def _settings(r) -> np.ndarray:
@@ -219,9 +245,10 @@ def _protocol_text(r, cols, col) -> str:
     return "; ".join(out)
 
 
-def lm_markdown(r) -> str:
+def lm_markdown(r, note: str = "") -> str:
     """Final validation loss per method and column (preset, or preset and setting) with each
-    cell's number of seeds, then the paper's Table 1."""
+    cell's number of seeds, then the paper's Table 1 (``note``: a paragraph after the
+    table, e.g. why shipped runs are not shown)."""
     cols, col = columns(r)
     methods = method_order(r)
     cells = _cells(r, col)
@@ -239,6 +266,8 @@ def lm_markdown(r) -> str:
               f"run fell, which fell by more than {_claims.STALL_MIN_DROP:g}) is counted as "
               "such and enters no mean. Runs are averaged only within a column: one preset and "
               "setting (steps, sequence length, batch, lr, storage, corpus, ...)."]
+    if note:
+        lines += ["", note]
     order = _orderings_md(r, cols, col)
     if order:
         lines += ["", "The paper's orderings on these runs (A - B per seed, seeds where both "
@@ -274,9 +303,9 @@ in lm_table.md beside the paper's Table 1.
 """
 
 
-@figure("lm_table", experiments=["lm"], caption=TABLE_CAPTION)
-def lm_table(lm):
-    r = lm
+@figure("lm_table", experiments=["lm", "lm_budget"], caption=TABLE_CAPTION)
+def lm_table(lm, lm_budget=None):
+    r, note = with_budget(lm, lm_budget)
     cols, col = columns(r)
     methods = method_order(r)
     fig = style.new_figure(11.0, 4.2)
@@ -350,7 +379,7 @@ def lm_table(lm):
     if curves["step"]:
         tables["curves"] = {k: (np.concatenate(v) if isinstance(v[0], np.ndarray)
                                 else np.array(v)) for k, v in curves.items()}
-    return fig, tables, lm_markdown(r)
+    return fig, tables, lm_markdown(r, note)
 
 
 def _name(cc: dict) -> str:
@@ -439,14 +468,18 @@ loss is the vertical distance.
 """
 
 
-@figure("lm_pareto", experiments=["lm"], caption=PARETO_CAPTION)
-def lm_pareto(lm):
-    r = lm
+@figure("lm_pareto", experiments=["lm", "lm_budget"], caption=PARETO_CAPTION)
+def lm_pareto(lm, lm_budget=None):
+    r, _ = with_budget(lm, lm_budget)
     cols, col = columns(r)
     methods = method_order(r)
     cells = _cells(r, col)
-    fig = style.new_figure(3.6 * len(cols) + 0.6, 3.6)
-    axes = np.atleast_1d(fig.subplots(1, len(cols)))
+    ncol = min(len(cols), 3)
+    nrow = -(-len(cols) // ncol)
+    fig = style.new_figure(3.6 * ncol + 0.6, 3.4 * nrow)
+    axes = np.atleast_1d(fig.subplots(nrow, ncol)).ravel()
+    for ax in axes[len(cols):]:
+        ax.axis("off")
     table = {k: [] for k in ("preset", "method", "bytes_measured", "bytes_formula",
                              "val_loss", "diverged", "stalled", "setting", "seeds")}
     for c, (ax, cc) in enumerate(zip(axes, cols)):
@@ -480,6 +513,6 @@ def lm_pareto(lm):
         ax.set_xlabel("static bytes / parameter")
         ax.set_ylabel("final validation loss")
         style.panel_title(ax, "abcdefghijklmnop"[c % 16], f"preset {_name(cc)}")
-    if axes[-1].get_legend_handles_labels()[0]:
-        axes[-1].legend(fontsize=7, loc="best")
+    if axes[len(cols) - 1].get_legend_handles_labels()[0]:
+        axes[len(cols) - 1].legend(fontsize=7, loc="best")
     return fig, {"points": {k: np.array(v) for k, v in table.items()}}
