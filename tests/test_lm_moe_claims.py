@@ -62,3 +62,15 @@ def test_paper_numbers():
     assert math.isnan(V.paper_loss("SMoE", "fp8_naive_sr"))  # its naive bars are unlabelled
     assert sorted(v for m, _, v, _ in V.PAPER_FIG3 if m.startswith("SMoE")) == \
         [2.9144, 2.9177, 2.9232, 3.0997]
+
+
+def test_no_ordering_quotes_the_unlabelled_naive_values():
+    """The SMoE's two naive values come without their rounding: no ordering or label may
+    present either as one rounding's, and no runner method is given one."""
+    unlabelled = {v for m, _, v, name in V.PAPER_FIG3 if m.startswith("SMoE") and name is None}
+    assert unlabelled == {2.9144, 3.0997}
+    for *_, paper in V.MOE_ORDERINGS:
+        assert "2.9144" not in paper and "3.0997" not in paper
+    for model, label, _, name in V.PAPER_FIG3:
+        if model.startswith("SMoE") and name is None:
+            assert "not stated" in label and "SR" not in label and "RTN" not in label

@@ -6,9 +6,12 @@ paired gaps and verdicts are those of the LM table (:mod:`.lm`: :func:`~.lm.lm_c
 :func:`~.lm.lm_orderings`) with FP8 master + SR, the paper's reference in its Figure 3, as the
 base of the paired gaps and of the stall test.
 
-The paper's numbers (:data:`PAPER_FIG3`) are read off its Figure 3, a bar chart (ECO, arXiv
-2601.22101): approximate, to about the third decimal. For the SMoE it gives two naive
-master-weight-removal bars, 2.9144 and 3.0997, without saying which is RTN and which SR.
+The paper (ECO, arXiv 2601.22101) shows Figure 3 as a bar chart without printed values. The
+numbers of :data:`PAPER_FIG3` come from a secondary summary of the paper, not from its text or
+from reading the bars here, so they are approximate. For the SMoE that summary gives two values
+for naive master-weight removal, 2.9144 and 3.0997, without saying which is RTN and which SR;
+the first is below FP8 master + SR's 2.9177. Neither is labelled here, and no ordering quotes
+them as one rounding's.
 """
 from __future__ import annotations
 
@@ -21,13 +24,14 @@ __all__ = ["MOE_BASE", "MOE_ORDERINGS", "PAPER_FIG3", "moe_cells", "moe_ordering
 
 MOE_BASE = "fp8_master_sr"  # gaps are paired to FP8 with master weights + SR, as in Figure 3
 
-#: The paper's Figure 3 (approximate, read from its bar chart): ``(model, method label,
-#: validation loss, the runner's method name or None)``.
+#: The paper's Figure 3 as a secondary summary gives it (approximate): ``(model, method label,
+#: validation loss, the runner's method name or None)``; None: a value whose method is not
+#: stated.
 PAPER_FIG3 = (
     ("SMoE 2.1B, LM1B", "FP8 w/ MW + SR", 2.9177, "fp8_master_sr"),
     ("SMoE 2.1B, LM1B", "FP8 w/o MW ECO + SR", 2.9232, "fp8_eco_sr"),
-    ("SMoE 2.1B, LM1B", "naive removal (RTN or SR: not stated)", 2.9144, None),
-    ("SMoE 2.1B, LM1B", "naive removal (the other of RTN, SR)", 3.0997, None),
+    ("SMoE 2.1B, LM1B", "naive removal (rounding not stated; 1 of 2)", 2.9144, None),
+    ("SMoE 2.1B, LM1B", "naive removal (rounding not stated; 2 of 2)", 3.0997, None),
     ("Gemma-3 1B, C4", "FP8 w/ MW + SR", 2.7554, "fp8_master_sr"),
     ("Gemma-3 1B, C4", "FP8 w/o MW ECO + SR", 2.7615, "fp8_eco_sr"),
     ("Gemma-3 1B, C4", "FP8 w/o MW naive + SR", 2.7671, "fp8_naive_sr"),
@@ -39,7 +43,7 @@ MOE_ORDERINGS = (
     ("fp8_eco_sr", "~", "fp8_master_sr", "SMoE +0.0055, Gemma +0.0061"),
     ("fp8_eco_sr", "<", "fp8_naive_sr", "Gemma -0.0056 (SMoE: naive's rounding not stated)"),
     ("fp8_master_sr", "<", "fp8_naive_sr", "Gemma -0.0117"),
-    ("fp8_naive_sr", "<", "fp8_naive_rtn", "SMoE: 2.9144 vs 3.0997 if SR is the better"),
+    ("fp8_naive_sr", "<", "fp8_naive_rtn", "not stated (the SMoE's naive values are unlabelled)"),
 )
 
 

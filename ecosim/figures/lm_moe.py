@@ -52,9 +52,11 @@ def lm_moe_markdown(r, cols, col, cells) -> str:
               "standard deviation over the seeds that trained; in brackets the gap to FP8 "
               "with master weights + SR paired by seed (same init, data order and SR keys), "
               f"mean and {_claims.LM_LEVEL:.0%} t-interval; stalled or diverged runs are "
-              "counted, not averaged (as in lm_table). Paper: final validation loss read from "
-              "its Figure 3 (approximate), in brackets minus its FP8 w/ MW + SR; the SMoE's "
-              "two naive bars (2.9144, 3.0997) are not labelled RTN or SR."]
+              "counted, not averaged (as in lm_table). Paper: final validation loss of its "
+              "Figure 3 (a bar chart) as a secondary summary of the paper gives it "
+              "(approximate), in brackets minus its FP8 w/ MW + SR; that summary gives the "
+              "SMoE two naive-removal values (2.9144, 3.0997) without saying which rounding "
+              "each is, so neither is labelled or compared."]
     found = _verdicts.moe_orderings(r, col)
     if found:
         lines += ["", "The paper's observations on these runs (A - B per seed, mean and "
@@ -85,8 +87,9 @@ loss 0.01) in which, as in the paper, only the expert linear layers hold FP8 E4M
 Python standard library's sources, seeds paired by seed (steps, tokens per active parameter
 and seeds: panel (a)'s title and lm_moe.md). (a) Validation loss, mean over the seeds.
 (b) Final validation loss minus FP8 master + SR's, per seed (bars: mean; whiskers: 95%
-t-interval; hatched: RTN); black diamonds: the paper's gaps (SMoE 2.1B on LM1B, read from its
-bar chart; its naive bars, whose rounding is not stated, are in lm_moe.md). Runs that stalled
+t-interval; hatched: RTN); black diamonds: the paper's gaps (SMoE 2.1B on LM1B, from a secondary
+summary of its bar chart; its two naive values, whose rounding is not stated, are in lm_moe.md
+and not drawn). Runs that stalled
 or diverged are marked at the top and not averaged.
 """
 
