@@ -14,6 +14,7 @@ decided here, by criteria fixed as module constants, so a verdict changes only w
 * :mod:`.lm_moe`: the ECO paper's Figure 3 (the MoE model) on the LM (figure ``lm_moe``);
 * :mod:`.lm_switches`: the paper's bf16 autocast and E4M3 activations on the LM protocol:
   paired effects and Table 1 with both on (figure ``lm_switches``; imported on demand);
+* :mod:`.mlp`: the shape of Table 1 on the MLP (figure ``mlp_table``);
 * :mod:`.dqt`: DQT's four claims on the MLP (figures ``dqt``, ``dqt_claims``);
 * :mod:`.dqt_lm`: DQT's claims (1) and (2) on the LM (figure ``dqt_lm``);
 * :mod:`.horizon`: precision against horizon (figure ``precision_horizon``);
@@ -26,7 +27,7 @@ module (``ecosim.claims.dqt.evaluate``; ``lm_moe`` and ``dqt_lm`` are imported o
 """
 from __future__ import annotations
 
-from . import dqt, horizon, lm, sr_bits, stats, table, theory  # noqa: F401
+from . import dqt, horizon, lm, mlp, sr_bits, stats, table, theory  # noqa: F401
 from .lm import (EQUIV_MARGIN, LM_BASE, LM_LEVEL, LM_ORDERINGS, STALL_FROM, STALL_MIN_DROP,
                  STALL_RATIO, check_protocol, lm_cells, lm_gaps, lm_orderings, lm_outcomes,
                  runs_of_seeds)

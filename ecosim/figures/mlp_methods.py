@@ -13,6 +13,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 
 from .. import recipes
+from ..claims import mlp as _shape
 from ..experiments.mlp_methods import METHODS, method_label
 from ..recipes import PAPER_SIZES
 from . import style
@@ -435,85 +436,6 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _trend(values: list[float]) -> str:
-    if len(values) < 2:
-        return "one size only"
-    d = np.diff(values)
-    if np.all(d > 0):
-        return "grows with size"
-    if np.all(d < 0):
-        return "shrinks with size"
-    return "no monotone trend"
-
-
-def _shape_checks(gap: dict[str, list], prefix: str) -> tuple[list[str], dict[str, bool]]:
-    """Statements about the shape of a table of gaps to BF16 w/ master, one list of gaps per
-    method name (``f"{prefix} ECO + SR"`` ...; None = diverged, NaN = not reported), and the
-    verdicts behind them."""
-    eco_sr, naive_sr = gap[f"{prefix} ECO + SR"], gap[f"{prefix} naive + SR"]
-    eco_rtn, naive_rtn = gap[f"{prefix} ECO + RTN"], gap[f"{prefix} naive + RTN"]
-    master_sr = gap[f"{prefix} w/ master + SR"]
-
-    def num(*vals):
-        return all(v is not None and math.isfinite(v) for v in vals)
-
-    out, verdict = [], {}
-    pairs = [(e, m) for e, m in zip(eco_sr, master_sr) if num(e, m)]
-    naive_pen = [n - e for n, e in zip(naive_sr, eco_sr) if num(n, e)]
-    if pairs:
-        worst = max(abs(e - m) for e, m in pairs)
-        # "close": within a tenth of naive+SR's penalty (or 0.005 when that is smaller)
-        tol = max(0.005, 0.1 * max(naive_pen, default=0.0))
-        verdict["eco_sr_close"] = worst <= tol
-        out.append(f"ECO+SR vs master+SR: largest difference {worst:.4f} "
-                   f"({'close' if verdict['eco_sr_close'] else 'not close'}: the bar is "
-                   f"{tol:.4f}, the larger of 0.005 and a tenth of naive+SR's largest "
-                   f"penalty; ECO+SR gap to BF16: {', '.join(_g(v) for v in eco_sr)})")
-    if naive_pen:
-        trend = _trend(naive_pen)
-        verdict["naive_sr_grows"] = trend == "grows with size"
-        verdict["naive_sr_worse"] = all(d > 0 for d in naive_pen)
-        out.append(f"naive+SR minus ECO+SR: {', '.join(f'{d:+.4f}' for d in naive_pen)} "
-                   f"({trend})")
-    scale = max([abs(x) for x in eco_sr if num(x)] + [1e-3])
-    failed = [v is None or v > 10 * scale for v in naive_rtn]
-    verdict["naive_rtn_fails"] = all(failed)
-    verdict["naive_rtn_diverges"] = all(v is None for v in naive_rtn)
-    out.append(f"naive+RTN gap: {', '.join(_g(v) for v in naive_rtn)} "
-               f"({'fails at every size' if all(failed) else 'does not fail at every size'})")
-    between = [num(e, s) and e > s and (n is None or e < n)
-               for e, n, s in zip(eco_rtn, naive_rtn, eco_sr)]
-    verdict["eco_rtn_between"] = all(between)
-    out.append(f"ECO+RTN gap: {', '.join(_g(v) for v in eco_rtn)} (between ECO+SR and "
-               f"naive+RTN at {sum(between)}/{len(between)} sizes)")
-    return out, verdict
-
-
-def _g(v) -> str:
-    if v is None:
-        return "diverged"
-    return "n/a" if math.isnan(v) else f"{v:+.4f}"
-
-
-def _verdict(ours: dict[str, bool], paper: dict[str, bool]) -> str:
-    """One paragraph: which of the paper's shape the small scale reproduces."""
-    names = {"eco_sr_close": "ECO+SR close to master weights",
-             "naive_sr_worse": "naive+SR worse than ECO+SR at every size",
-             "naive_sr_grows": "naive+SR's penalty growing with size",
-             "naive_rtn_fails": "naive+RTN failing",
-             "eco_rtn_between": "ECO+RTN between ECO+SR and naive+RTN"}
-    same = [t for k, t in names.items() if paper.get(k) and ours.get(k)]
-    differ = [t for k, t in names.items() if paper.get(k) and not ours.get(k)]
-    text = "Reproduced at this scale: " + ("; ".join(same) if same else "none") + "."
-    if differ:
-        text += " Not reproduced: " + "; ".join(differ) + "."
-    if paper.get("naive_rtn_diverges") and ours.get("naive_rtn_fails") and not ours.get(
-            "naive_rtn_diverges"):
-        text += (" naive+RTN fails by stalling rather than diverging: its updates round "
-                 "away, so the loss stays near where the weights froze.")
-    return text
-
-
 def mlp_table_markdown(r) -> str:
     """``mlp_table.md``: the small-scale Table 1 beside the paper's, with shape checks."""
     cfg = r.config
@@ -586,14 +508,14 @@ def mlp_table_markdown(r) -> str:
     base_loss = PAPER_TABLE1[0][1]
     paper = {lab: [None if v == "diverged" else math.nan if v is None else v - b
                    for v, b in zip(vals, base_loss)] for lab, vals in PAPER_TABLE1[1:]}
-    ours_lines, ours_v = _shape_checks(ours, fmt_label.split()[0])
-    paper_lines, paper_v = _shape_checks(paper, "FP8")
+    ours_lines, ours_v = _shape.shape_checks(ours, fmt_label.split()[0])
+    paper_lines, paper_v = _shape.shape_checks(paper, "FP8")
     out += ["", "## The shape, side by side (gaps to BF16 w/ master)", "",
             f"ecosim (widths {', '.join(map(str, widths))}):", ""]
     out += [f"- {line}" for line in ours_lines]
     out += ["", f"paper ({', '.join(PAPER_SIZES)}):", ""]
     out += [f"- {line}" for line in paper_lines]
-    out += ["", _verdict(ours_v, paper_v), "",
+    out += ["", _shape.shape_verdict(ours_v, paper_v), "",
             "The paper's recipe changes with size (its learning rate falls from 1.2e-3 to "
             "7.5e-5 and its training grows to 100 tokens per parameter); here only the width "
             "changes, so a trend with size is not expected to carry over.", ""]
