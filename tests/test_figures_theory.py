@@ -90,7 +90,9 @@ def test_noise_floor_absolute_naive_sr_does_not_blow_up_but_rtn_and_additive_do(
 
 def test_beta_factor_follows_exact_ratio_and_grows_with_beta(runs):
     b = runs["beta_factor"]
-    for kind in np.unique(b["tab_kind"]):
+    # with gradient noise the normalised floors hold the gradient noise's share too, so the
+    # closed forms of exact gradients are not their prediction (claim 9 reads that kind)
+    for kind in set(np.unique(b["tab_kind"])) - {"uniform_noise"}:
         sel = np.flatnonzero(b["tab_kind"] == kind)
         sel = sel[np.argsort(b["tab_beta"][sel])]
         ratio, exact = b["tab_ratio"][sel], b["tab_exact"][sel]
@@ -99,6 +101,12 @@ def test_beta_factor_follows_exact_ratio_and_grows_with_beta(runs):
         assert_allclose(ratio, exact, rtol=0.25, err_msg=str(kind))
         assert np.all(np.diff(ratio) > 0), kind
     assert_allclose(b["tab_limit"], 1.0 / (1.0 - b["tab_beta"] ** 2), rtol=1e-15)
+    # the absolute ratio of the additive model is its normalised ratio (equal noise) ...
+    add = b["tab_kind"] == "additive"
+    assert_allclose(b["tab_abs_ratio"][add], b["tab_ratio"][add], rtol=0.1)
+    # ... and real SR's is far below the factor at beta = 0.9 (ECO rounds with less variance)
+    uni = (b["tab_kind"] == "uniform") & np.isclose(b["tab_beta"], 0.9)
+    assert np.all(b["tab_abs_ratio"][uni] < 0.5 * b["tab_ratio"][uni])
     # the exact ratio tends to the limit from below as lr -> 0
     assert np.all(b["curve_exact"] < b["curve_limit"])
 

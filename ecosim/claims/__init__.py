@@ -6,7 +6,7 @@ decided here, by criteria fixed as module constants, so a verdict changes only w
 * :mod:`.stats`: Student-t intervals of paired differences (:func:`t_interval`) and the sign
   verdict read off one (:func:`~.stats.sign_verdict`);
 * :mod:`.table`: a claim as a table row (:class:`Claim`) and the markdown table of several;
-* :mod:`.theory`: docs/theory.md §5's eight claims on the theory experiments (:func:`evaluate`,
+* :mod:`.theory`: docs/theory.md §5's nine claims on the theory experiments (:func:`evaluate`,
   :func:`claims_markdown`; figure ``claims``);
 * :mod:`.lm`: Table 1 on the language model: outcomes, cells and the paper's orderings
   (:func:`lm_outcomes`, :func:`lm_cells`, :func:`lm_orderings`; figures ``lm_table``,

@@ -42,12 +42,16 @@ normalised floor times 2 L eta at the smallest learning rate (the 1/eta law: 1);
 floors (and the eco/master ratio over its exact closed form) on FP8 E4M3 with an absmax scale;
 (6) under a warmup + cosine schedule, the growth of each scheme's normalised error from the
 plateau at the peak to the last 10% of the steps over the quasi-static closed forms; (7) RTN:
-observed over predicted step (+1) of every naive stall and every ECO release. (b) The
+observed over predicted step (+1) of every naive stall and every ECO release; (9) ECO's absolute
+floor over master's at the smallest learning rate over the exact closed-form ratio (the additive
+model on 1; real SR, with and without gradient noise, far below: what a user pays is not the
+normalised factor). (b) The
 contrasts: (5) naive's absolute floor over master's at the smallest learning rate, real SR
 (filled, marker: beta) against the additive-noise model (open) and the additive closed form
-(bars); (8) the cosine of consecutive quantization errors on the MLP (stars: plateau at the
-peak; pentagons: last 10% of the steps): master weights with RTN near 1, SR near 0 (absolute
-values; a hollow marker is a negative cosine).
+(bars); (8) consecutive quantization errors on the MLP (stars: plateau at the peak; pentagons:
+last 10% of the steps): ||e_t - e_t+1|| / ||e_t||, the error ECO's substitution makes (master
+weights with RTN; 1 is what injecting nothing would do), and the cosines: master weights with
+RTN near 1, SR near 0 (absolute values; a hollow marker is a negative cosine).
 """
 
 _BETA_MARKERS = ("o", "s", "D", "^", "v", "P", "X", "h")
