@@ -30,6 +30,15 @@ Methods (the ``method`` field of a unit):
 * ``eco_{B}_sr``: ECO's momentum injection on the same grids (``eco_bits``), SR;
 * ``dqt_{S}_sr_{F}``: DQT at ``states_bits`` with both AdamW moments stored in ``F`` in
   ``state_formats`` (``bf16``: a plain cast; ``e4m3``: FP8 with row-wise absmax scales), RTN;
+* ``dqt_{S}_sr_act8``: DQT at ``states_bits`` with the same activation quantization as the
+  BitNet baseline (INT{act_bits}, one absmax scale per row, in the training and the validation
+  forward): the comparison of claim (2) with the two sides matched, as DQT's reference
+  BitLinear quantizes activations too (``dqt_{S}_sr`` keeps FP32 activations);
+* ``dqt_{S}_sr_env_bf16`` and ``dqt_{S}_sr_env_fp8``: claim (3)'s training environments. BF16:
+  every layer's weights and inputs rounded to BF16 in the forward (products accumulated in
+  float32, as BF16 matmul units do) and both AdamW moments stored in BF16. FP8: every layer's
+  input in FP8 E4M3 with one absmax scale per row, and both moments in E4M3 with row-wise
+  absmax scales;
 * ``dqt_{S}_sr_ternary_inference``: the ``dqt_{S}_sr`` run again (same key, so the same
   training trajectory), its validation loss taken with every weight matrix re-quantized to
   ternary with an absmean scale (:class:`~ecosim.problems.QuantizedForward` with
@@ -40,9 +49,6 @@ One seed fixes the initial weights, the mini-batch order and the SR draws of eve
 returns (curve, final and initial validation loss, divergence) and the static bytes per
 parameter of the optimizer (:func:`ecosim.memory.bytes_per_param`). Judging the claims
 (outcomes, paired gaps, intervals, verdicts) is :mod:`ecosim.claims.dqt`'s job.
-
-Cost at the default config: 16 methods x 4 seeds of 1000 steps, about 130 CPU-seconds
-(measured under load on a 2-core machine; 145 with the RTN rows of INT2 and INT4 added).
 """
 from __future__ import annotations
 
@@ -59,10 +65,27 @@ from .base import at_least, distinct, experiment, non_negative, nonempty, one_of
 from .mlp_methods import make_problem, run_training
 from .mlp_recipe import MLPRecipe
 
-__all__ = ["DQTConfig", "BITS", "methods", "make_optimizer"]
+__all__ = ["DQTConfig", "BITS", "ENVIRONMENTS", "environment_quantizers", "methods",
+           "make_optimizer"]
 
 #: weight grids of DQT, by name -> the ``bits`` argument of :func:`ecosim.optim.dqt`
 BITS = {"ternary": "ternary", "int2": 2, "int4": 4, "int8": 8}
+
+#: claim (3)'s training environments: the format of the forward's operands and of AdamW's
+#: moments
+ENVIRONMENTS = {"bf16": "bf16", "fp8": "e4m3"}
+
+
+def environment_quantizers(env: str) -> tuple[Quantizer | None, Quantizer]:
+    """``(weight_q, act_q)`` of the forward in environment ``env`` (a key of
+    :data:`ENVIRONMENTS`): BF16 rounds weights and inputs to BF16 (a plain cast); FP8 rounds
+    each layer's input to E4M3 with one absmax scale per row (the weights are on DQT's grid)."""
+    if env == "bf16":
+        cast = Quantizer("bf16", "rtn", granularity="tensor", scale=1.0)
+        return cast, cast
+    if env == "fp8":
+        return None, Quantizer("e4m3", "rtn", granularity="row", scale="absmax")
+    raise ValueError(f"environment must be one of {list(ENVIRONMENTS)}, got {env!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -106,6 +129,8 @@ def methods(cfg: DQTConfig) -> list[str]:
     if f"dqt_{s}_sr" not in out:  # the run claims (3) and (4) compare with
         out.append(f"dqt_{s}_sr")
     out += [f"dqt_{s}_sr_{f}" for f in cfg.state_formats]
+    out.append(f"dqt_{s}_sr_act{cfg.act_bits}")
+    out += [f"dqt_{s}_sr_env_{e}" for e in ENVIRONMENTS]
     out.append(f"dqt_{s}_sr_ternary_inference")
     return out
 
@@ -125,7 +150,9 @@ def make_optimizer(cfg: DQTConfig, method: str, names: tuple[str, ...]):
     states, scale = None, cfg.scale
     if rest == ["absmax"]:
         scale = "absmax"
-    elif rest and rest != ["ternary", "inference"]:
+    elif len(rest) == 2 and rest[0] == "env" and rest[1] in ENVIRONMENTS:
+        states = {"m": ENVIRONMENTS[rest[1]], "v": ENVIRONMENTS[rest[1]]}
+    elif rest and rest != ["ternary", "inference"] and rest != [f"act{cfg.act_bits}"]:
         if len(rest) != 1:
             raise ValueError(f"method {method!r}: unknown suffix {'_'.join(rest)!r}")
         states = {"m": rest[0], "v": rest[0]}
@@ -137,7 +164,7 @@ def _units(cfg: DQTConfig) -> list[dict]:
     return [{"method": m, "seed": s} for m in methods(cfg) for s in range(cfg.seeds)]
 
 
-@experiment("dqt", DQTConfig, version="1", units=_units)
+@experiment("dqt", DQTConfig, version="2", units=_units)
 def dqt(cfg: DQTConfig, unit: dict) -> dict:
     """One method on one seed: the curve, the final losses, the divergence flag, the bytes."""
     mlp = make_problem(cfg, cfg.width)
@@ -149,6 +176,10 @@ def dqt(cfg: DQTConfig, unit: dict) -> dict:
     elif method.endswith("_ternary_inference"):
         ternary = Quantizer("ternary", "rtn", granularity="tensor", scale="absmean")
         problem = QuantizedForward(mlp, ternary, None, train=False)
+    elif method.endswith(f"_act{cfg.act_bits}"):
+        problem = QuantizedForward(mlp, None, bitnet_quantizers(cfg.act_bits)[1])
+    elif "_env_" in method:
+        problem = QuantizedForward(mlp, *environment_quantizers(method.rsplit("_", 1)[1]))
     opt = make_optimizer(cfg, method, names)
     out = run_training(problem, opt, cfg.steps, key=rng.fold_in(cfg.key, "dqt", unit["seed"]),
                        batch_size=cfg.batch_size, log_every=cfg.log_every,

@@ -162,7 +162,7 @@ def dqt_claims_figure(dqt):
     """The four claims' numbers and thresholds on the MLP, and the claims table as markdown."""
     r = dqt
     items = dqt_claims.evaluate(r)
-    thresholds = _thresholds(r, outcomes(r), r["final_val_loss"])
+    thresholds = _thresholds(r)
     fig = style.new_figure(11.0, 3.4)
     axes = fig.subplots(1, len(items))
     tables = _claim_panels(axes, items, thresholds, "abcd", "")
@@ -221,15 +221,9 @@ def _claim_panels(axes, items, thresholds, letters: str, suffix: str) -> dict:
                          "criterion": np.array([c.criterion for c in items])}}
 
 
-def _thresholds(r, oc, final) -> dict[int, list[float]]:
+def _thresholds(r) -> dict[int, list[float]]:
     """The dashed lines: each claim's threshold in the units of its points."""
-    cfg = r.config
-    base = f"dqt_{cfg.states_bits}_sr"
-
-    def mean_trained(m):
-        rows = np.flatnonzero((r["unit_method"] == m) & (oc == "trained"))
-        return float(final[rows].mean()) if rows.size else math.nan
-
-    return {1: [], 2: [dqt_claims.TOL_COMPETITIVE * mean_trained("bitnet")],
-            3: [dqt_claims.TOL_STATES * mean_trained(base)],
-            4: [dqt_claims.MIN_KEPT, dqt_claims.MIN_KEPT_PARTLY]}
+    base = f"dqt_{r.config.states_bits}_sr"
+    tol, _ = dqt_claims.competitive_tolerance(r)
+    return {1: [], 2: [tol], 3: [dqt_claims.TOL_STATES * dqt_claims.loss_reduction(r, base)],
+            4: [tol]}
