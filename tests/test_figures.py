@@ -25,6 +25,10 @@ NONFINITE_OK: dict[str, set[str]] = {
         "eco_rtn", "fixed_scale", "b2_09999", "tanh_row", "fp8_row", "master_rtn", "sgdm")},
     # the same for DQT's paired gaps (a grid whose runs stalled or diverged has none)
     "dqt": {"gaps"}, "dqt_claims": {"points"}, "dqt_lm": {"points"},
+    # beta_factor: with gradient noise a run's normalised floor has no closed form
+    "beta_factor": {"runs"},
+    # lm_scaling: a smoke column of one seed has a gap but no interval
+    "lm_scaling": {"gaps"},
     # lm_moe: the reference has no gap, a paper column no value for methods its figure lacks
     "lm_moe": {"final"},
     # lm_finetune: a gap has no interval below two seeds; the paper has no accuracy for naive
