@@ -235,3 +235,28 @@ def test_a_run_of_each_group_retrains_byte_for_byte(group, method, tmp_path):
                and _group_of(r) is group)
     for f in _OUTCOME:
         assert json.dumps(new.get(f)) == json.dumps(old.get(f)), f
+
+
+# -- what moves the gap: changes between columns ----------------------------------------------
+
+def test_gap_change_grows_shrinks_and_is_not_resolved():
+    a = {"n": 5, "mean": 0.02, "se": 0.004}
+    assert claims.gap_change(a, {"n": 5, "mean": 0.06, "se": 0.004})["verdict"] == "grows"
+    assert claims.gap_change(a, {"n": 5, "mean": -0.02, "se": 0.004})["verdict"] == "shrinks"
+    assert claims.gap_change(a, {"n": 5, "mean": 0.025, "se": 0.004})["verdict"] == \
+        "not resolved"
+    one = claims.gap_change(a, {"n": 1, "mean": 0.5, "se": float("nan")})
+    assert one["verdict"] == "not resolved" and one["mean"] == pytest.approx(0.48)
+
+
+def test_readings_name_what_changed_and_whether_the_gap_moved():
+    from ecosim.figures.lm_scaling import readings
+    r, _ = with_budget(_lm(), _budget())
+    lines = readings(scaling_points(r))
+    # micro at 100 steps (lm: naive - eco = +0.02) and at 500 (+0.10..): grows with tokens
+    tpp = [ln for ln in lines if ln.startswith("- naive+SR − ECO+SR, tokens per parameter")
+           and "micro" in ln]
+    assert len(tpp) == 1 and tpp[0].endswith(": grows")
+    # micro -> tiny at the lm's steps: a change of size only
+    size = [ln for ln in lines if ln.startswith("- naive+SR − ECO+SR, size micro")]
+    assert len(size) == 1

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from . import dqt, horizon, lm, mlp, sr_bits, stats, table, theory  # noqa: F401
 from .lm import (EQUIV_MARGIN, LM_BASE, LM_LEVEL, LM_ORDERINGS, STALL_FROM, STALL_MIN_DROP,
-                 STALL_RATIO, check_protocol, lm_cells, lm_gaps, lm_orderings, lm_outcomes,
+                 STALL_RATIO, check_protocol, gap_change, lm_cells, lm_gaps, lm_orderings, lm_outcomes,
                  runs_of_seeds)
 from .stats import t_interval
 from .table import Claim
@@ -39,5 +39,5 @@ from .theory import (HEADER, TOL_CLOSED_FORM, TOL_ETA_LAW, TOL_FP8_PARTLY, TOL_G
 __all__ = ["HEADER", "TOL_CLOSED_FORM", "TOL_ETA_LAW", "TOL_FP8_PARTLY", "TOL_GROWTH_ECO",
            "TOL_GROWTH_NAIVE", "Claim", "claims_markdown", "evaluate",
            "EQUIV_MARGIN", "LM_BASE", "LM_LEVEL", "LM_ORDERINGS", "STALL_FROM",
-           "STALL_MIN_DROP", "STALL_RATIO", "check_protocol", "lm_cells", "lm_gaps",
+           "STALL_MIN_DROP", "STALL_RATIO", "check_protocol", "gap_change", "lm_cells", "lm_gaps",
            "lm_orderings", "lm_outcomes", "runs_of_seeds", "t_interval"]

@@ -14,7 +14,7 @@ import numpy as np
 from .stats import LEVEL, sign_verdict, t_interval
 
 __all__ = ["EQUIV_MARGIN", "LM_BASE", "LM_LEVEL", "LM_ORDERINGS", "STALL_FROM", "STALL_MIN_DROP",
-           "STALL_RATIO", "check_protocol", "lm_cells", "lm_gaps", "lm_orderings",
+           "STALL_RATIO", "check_protocol", "gap_change", "lm_cells", "lm_gaps", "lm_orderings",
            "lm_outcomes", "runs_of_seeds"]
 
 LM_LEVEL = LEVEL         # two-sided level of the t-intervals
@@ -130,6 +130,38 @@ def lm_gaps(r, a: str, b: str, group=None, base: str = LM_BASE) -> dict:
         diff, seeds = _paired(r, g, oc, c, a, b)
         out[c] = {**t_interval(diff), "seeds": seeds}
     return out
+
+
+def gap_change(before: dict, after: dict, level: float = LM_LEVEL) -> dict:
+    """How a paired gap changes from one column to another (different runs, so independent):
+    ``after - before`` of the two means with a Welch interval, and a verdict: ``"grows"``
+    when the interval lies above 0, ``"shrinks"`` below 0, else ``"not resolved"`` (also
+    when either gap has fewer than two seeds).
+
+    Args:
+        before, after: :func:`lm_gaps` intervals (``n``, ``mean``, ``se``).
+
+    Example:
+        >>> a = {"n": 5, "mean": 0.00, "se": 0.005}
+        >>> gap_change(a, {"n": 5, "mean": 0.03, "se": 0.005})["verdict"]
+        'grows'
+        >>> gap_change(a, {"n": 5, "mean": 0.005, "se": 0.005})["verdict"]
+        'not resolved'
+    """
+    from scipy import stats
+
+    nan = float("nan")
+    d = after["mean"] - before["mean"] if min(before["n"], after["n"]) >= 1 else nan
+    if min(before["n"], after["n"]) < 2:
+        return {"mean": d, "lo": nan, "hi": nan, "verdict": "not resolved"}
+    va, vb = before["se"] ** 2, after["se"] ** 2
+    se = float(np.sqrt(va + vb))
+    dof = (va + vb) ** 2 / (va**2 / (before["n"] - 1) + vb**2 / (after["n"] - 1)) \
+        if se > 0 else float(min(before["n"], after["n"]) - 1)
+    h = float(stats.t.ppf(0.5 + level / 2, dof)) * se
+    lo, hi = d - h, d + h
+    verdict = "grows" if lo > 0 else "shrinks" if hi < 0 else "not resolved"
+    return {"mean": d, "lo": lo, "hi": hi, "verdict": verdict}
 
 
 def check_protocol(ref, runs, vary: tuple[str, ...], remedy: str) -> None:

@@ -22,7 +22,7 @@ from . import style
 from .base import figure
 from .lm import BASE, columns, with_budget
 
-__all__ = ["GAPS", "lm_scaling", "paper_gaps", "scaling_points"]
+__all__ = ["GAPS", "lm_scaling", "paper_gaps", "readings", "scaling_points"]
 
 #: the gaps plotted: label -> (method A, method B), the gap being val_loss(A) - val_loss(B)
 GAPS = {"naive+SR − ECO+SR": ("fp8_naive_sr", "fp8_eco_sr"),
@@ -101,6 +101,44 @@ def _point(ax, x, g, color, filled, label=None):
                 mfc=color if filled else "white", ls="none", label=label)
 
 
+#: what a reading varies: the field of a point and how it is written
+_AXES = (("preset", "size", lambda p: f"{p['preset']} ({p['n_nonembed']:,})"),
+         ("tokens_per_param", "tokens per parameter", lambda p: f"{p['tokens_per_param']:.0f}"),
+         ("lr", "peak lr", lambda p: f"{p['lr']:g}"))
+
+
+def readings(points) -> list[str]:
+    """For every two columns that differ in one of size, tokens per parameter and peak lr
+    only, and each gap of :data:`GAPS`: how the gap changes from one to the other
+    (:func:`ecosim.claims.lm.gap_change`), the smaller value first."""
+    def key(p, skip):  # budgets are planned in whole tokens per parameter
+        held = {"preset": p["preset"], "tokens_per_param": round(p["tokens_per_param"]),
+                "lr": round(p["lr"], 9)}
+        return tuple(v for f, v in held.items() if f != skip)
+
+    order = {"micro": 0, "tiny": 1}
+    lines = []
+    for field, what, fmt in _AXES:
+        groups = {}
+        for p in points:
+            groups.setdefault(key(p, field), []).append(p)
+        for ps in groups.values():
+            ps = sorted(ps, key=lambda p: order.get(p[field], 9) if field == "preset"
+                        else p[field])
+            for a, b in zip(ps, ps[1:]):
+                for label in GAPS:
+                    if label not in a or label not in b:
+                        continue
+                    c = _claims.gap_change(a[label], b[label])
+                    ci = "" if not math.isfinite(c["lo"]) else \
+                        f" [{c['lo']:+.4f}, {c['hi']:+.4f}]"
+                    held = ", ".join(f"{w} {f(a)}" for f2, w, f in _AXES if f2 != field)
+                    lines.append(f"- {label}, {what} {fmt(a)} → {fmt(b)} ({held}): "
+                                 f"{a[label]['mean']:+.4f} → {b[label]['mean']:+.4f}, "
+                                 f"change {c['mean']:+.4f}{ci}: {c['verdict']}")
+    return lines
+
+
 def _markdown(points, note: str) -> str:
     labels = list(GAPS)
     lines = ["| column | non-embedding parameters | tokens / parameter | peak lr | seeds | "
@@ -121,6 +159,12 @@ def _markdown(points, note: str) -> str:
         vals = [dict(paper[k]).get(size) for k in labels]
         lines.append(f"| {size} | {_PAPER_LR[size]:g} | "
                      + " | ".join("n/a" if v is None else f"{v:+.4f}" for v in vals) + " |")
+    read = readings(points)
+    if read:
+        lines += ["", "What moves the gaps: each change between two columns that differ in one "
+                  "of size, tokens per parameter and peak lr (difference of the two columns' "
+                  f"means, {_claims.LM_LEVEL:.0%} Welch interval; the columns are different "
+                  "runs):", ""] + read
     if note:
         lines += ["", note]
     return "\n".join(lines)
