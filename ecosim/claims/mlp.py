@@ -58,10 +58,20 @@ def shape_checks(gap: dict[str, list], prefix: str) -> tuple[list[str], dict[str
             ``... ECO + RTN``, ``... naive + RTN``, ``... w/ master + SR``), one entry per size
             in growing order; None = diverged, NaN = not reported.
         prefix: the format's name in the method names ("FP8", "INT4", ...).
+
+    Raises:
+        ValueError: the five lists are empty or of different lengths. A statement "at every
+            size" over no sizes would hold whatever the runs did, and lists of different
+            lengths would be judged over the shortest one's sizes only.
     """
     eco_sr, naive_sr = gap[f"{prefix} ECO + SR"], gap[f"{prefix} naive + SR"]
     eco_rtn, naive_rtn = gap[f"{prefix} ECO + RTN"], gap[f"{prefix} naive + RTN"]
     master_sr = gap[f"{prefix} w/ master + SR"]
+    sizes = {len(v) for v in (eco_sr, naive_sr, eco_rtn, naive_rtn, master_sr)}
+    if len(sizes) != 1 or 0 in sizes:
+        raise ValueError(f"shape_checks needs one gap per size for each of the five methods, "
+                         f"the same number of sizes (at least one); got lengths "
+                         f"{sorted(sizes)}")
 
     def num(*vals):
         return all(v is not None and math.isfinite(v) for v in vals)

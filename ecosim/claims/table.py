@@ -33,11 +33,17 @@ class Claim:
 def verdict_of(passed, yes: str = "yes") -> str:
     """``yes`` when every case passed, ``"partly"`` when some did, ``"no"`` when none did.
 
+    Raises:
+        ValueError: no cases. Nothing was judged, and "every case passed" of none would be
+            a verdict no data could refute.
+
     Example:
         >>> verdict_of([True, False]), verdict_of([True], yes="holds")
         ('partly', 'holds')
     """
     passed = [bool(p) for p in passed]
+    if not passed:
+        raise ValueError("verdict_of needs at least one case; got none (nothing was judged)")
     if all(passed):
         return yes
     return "partly" if any(passed) else "no"

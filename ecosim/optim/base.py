@@ -433,8 +433,9 @@ class QuantizedOptimizer:
 
         Raises:
             NonFiniteGradient: a gradient has NaN/inf (the message names the parameter).
-            ValueError: the learning rate of this step is negative or not finite, or the
-                structures differ.
+            ValueError: the learning rate of this step is negative or not finite, the
+                structures differ, or a gradient or state buffer has another shape than its
+                parameter (the message names the parameter and both shapes).
         """
         if not isinstance(state, self.State):
             raise TypeError(f"state must be a {self.State.__name__}, got {type(state).__name__}")
@@ -466,6 +467,7 @@ class QuantizedOptimizer:
                     tree = trees[k] = _entry(getattr(state, k), bare)
                 v = b[k] = tree if bare or tree is None else tree.get(name)
                 complete = complete and v is not None
+            _check_state_shapes(name, w.shape, b)
             if not complete:
                 missing = [k for k, v in b.items() if v is None]
                 raise ValueError(f"state has no {missing} for parameter {name!r}: was it built "
@@ -576,6 +578,18 @@ def _apply(q: Quantizer, x: np.ndarray, key: int | None) -> np.ndarray:
         return quantize(x, q.fmt, q.mode, key=key, nbits=q.nbits, saturate=q.saturate,
                         sr_rule=q.sr_rule)
     return q(x, key=key)
+
+
+def _check_state_shapes(name: str, shape: tuple, buffers: dict) -> None:
+    """Refuse (ValueError naming the parameter and both shapes) a state buffer whose shape is
+    not the parameter's: NumPy would broadcast it (an ``(n, 1)`` parameter against an
+    ``(n, m)`` momentum gives ``(n, m)`` weights) or fail with a message naming no parameter."""
+    for k, v in buffers.items():
+        have = None if v is None else np.shape(v)  # None: missing, refused by the caller
+        if have is not None and have != shape:
+            raise ValueError(f"state buffer {k!r} of parameter {name!r} has shape {have}, the "
+                             f"parameter and its gradient {shape}: pass the state that init "
+                             "built for parameters of these shapes")
 
 
 def _check_grad(name: str, w: np.ndarray, g: Any, t: int) -> np.ndarray:
