@@ -339,9 +339,9 @@ class QuantizedLinear(nn.Module):
         """Store ``q(weight)`` (the optimizers' initial write), keep ``weight`` as ``W_0`` and
         copy ``bias``; returns self."""
         w = weight.detach()
-        self._initial = w  # W_0 for a master copy, e_0 or c_0 (see pop_initial); not copied
         self.write(w, key=rng.fold_in(rng.as_key(key), "init", self.name)
                    if self.quantizer.mode == "sr" else None)
+        self._initial = w  # W_0 for a master copy, e_0 or c_0 (see pop_initial); not copied
         if bias is not None:
             with torch.no_grad():
                 self.bias.copy_(bias)
@@ -365,7 +365,8 @@ class QuantizedLinear(nn.Module):
 
     def pop_initial(self) -> torch.Tensor | None:
         """The full-precision weights this layer was made from (``from_linear``), once: the
-        optimizer's initial state (master copy, first error) needs them; None afterwards."""
+        optimizer's initial state (master copy, first error) needs them; None afterwards, and
+        after any write, store or ``load_state_dict`` of the codes (then not ``q(W_0)``)."""
         w, self._initial = getattr(self, "_initial", None), None
         return w
 
@@ -382,6 +383,7 @@ class QuantizedLinear(nn.Module):
         values, codes, scales = self._codec.encode(self._to_matrix(_cast(x, self._value_dtype)),
                                                    key)
         self.codes.copy_(_raw(codes))
+        self._initial = None  # the codes are no longer q(W_0)
         if scales is not None:
             self.scales.copy_(_raw(scales))
         return self._to_param(values)
@@ -403,6 +405,7 @@ class QuantizedLinear(nn.Module):
                              f"{tuple(enc.codes.shape)} of {tuple(enc.shape)}, scales "
                              f"{tuple(enc.scales.shape)}")
         self.codes.copy_(_raw(enc.codes))
+        self._initial = None
         self.scales.copy_(_raw(enc.scales))
 
     def encoded(self) -> Encoded:
@@ -460,6 +463,8 @@ class QuantizedLinear(nn.Module):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
         state_dict.pop(prefix + "weight", None)
+        if prefix + "codes" in state_dict:  # loaded codes are not q(W_0): no W_0 to start from
+            self.pop_initial()
         params = self._parameters
         kept = list(params.items())
         params.pop("weight")

@@ -1,0 +1,86 @@
+"""The ECO optimizers inside the training loops people write (issue 27): resume in the usual
+order, parameters without a gradient, torch's meaning of SGD momentum, DQTAdamW on every
+stored layer type, schedulers that cycle beta1."""
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from ecosim.optim.schemes import torch_names_for  # noqa: E402
+from ecosim.torch import ECOAdamW, Quantizer, quantize_model  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+Q = Quantizer("e4m3", "sr", granularity="row")
+
+
+def _net(seed):
+    """A quantized MLP with a norm (a full-precision group) and its report."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(6, 12), nn.LayerNorm(12), nn.Tanh(), nn.Linear(12, 3))
+    return model, quantize_model(model, Q, key=1)
+
+
+def _batch(t):
+    g = torch.Generator().manual_seed(100 + t)
+    return torch.randn(16, 6, generator=g), torch.randn(16, 3, generator=g)
+
+
+def _train(model, opt, steps, t0):
+    losses = []
+    for t in range(t0, t0 + steps):
+        x, y = _batch(t)
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _codes(model):
+    return [b.clone() for n, b in model.named_buffers() if n.endswith("codes")]
+
+
+# -- resume ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model_first", [True, False])
+@pytest.mark.parametrize("scheme", torch_names_for("adamw"))
+def test_resume_in_either_order_continues_bit_identically(scheme, model_first):
+    model, rep = _net(0)
+    opt = ECOAdamW(rep.param_groups(), 1e-2, scheme=scheme, key=3)
+    _train(model, opt, 4, 0)
+    sd, osd = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+    want = _train(model, opt, 3, 4)
+    want_codes = _codes(model)
+
+    model2, rep2 = _net(7)  # other random initial weights, overwritten by the checkpoint
+    if model_first:
+        model2.load_state_dict(sd)
+        opt2 = ECOAdamW(rep2.param_groups(), 1e-2, scheme=scheme, key=3)
+        assert all(torch.equal(a, b) for a, b in zip(_codes(model2), sd_codes(sd)))
+    else:
+        opt2 = ECOAdamW(rep2.param_groups(), 1e-2, scheme=scheme, key=3)
+        model2.load_state_dict(sd)
+    opt2.load_state_dict(osd)
+    assert all(torch.equal(a, b) for a, b in zip(_codes(model2), sd_codes(sd)))
+    assert _train(model2, opt2, 3, 4) == want
+    assert all(torch.equal(a, b) for a, b in zip(_codes(model2), want_codes))
+
+
+def sd_codes(sd):
+    return [v for k, v in sd.items() if k.endswith("codes")]
+
+
+@pytest.mark.parametrize("scheme", ["master", "kahan"])
+def test_optimizer_keeps_weights_written_before_it(scheme):
+    model, rep = _net(0)
+    layer = model[0]
+    w = torch.linspace(-1, 1, 72).reshape(12, 6)
+    want = layer.write(w, key=5)
+    opt = ECOAdamW(rep.param_groups(), 1e-2, scheme=scheme)
+    assert torch.equal(layer.read(), want)
+    if scheme == "master":
+        assert torch.equal(opt.state_values(layer.weight, "master"), want)
