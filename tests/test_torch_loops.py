@@ -84,3 +84,55 @@ def test_optimizer_keeps_weights_written_before_it(scheme):
     assert torch.equal(layer.read(), want)
     if scheme == "master":
         assert torch.equal(opt.state_values(layer.weight, "master"), want)
+
+
+# -- parameters without a gradient -------------------------------------------------------------
+
+def _optimizers():
+    from ecosim.torch import ECOSGD
+    from ecosim.torch.dqt import DQTAdamW
+    return {"ECOAdamW": lambda ps: ECOAdamW(ps, 1e-2, scheme="eco", weights=Q),
+            "ECOAdamW-kahan": lambda ps: ECOAdamW(ps, 1e-2, scheme="kahan", weights=Q),
+            "ECOSGD": lambda ps: ECOSGD(ps, 0.1, 0.9, scheme="eco_exact", weights=Q),
+            "DQTAdamW": lambda ps: DQTAdamW(ps, 1e-2)}
+
+
+def _snapshot(opt, p):
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in opt.state[p].items()
+            if k != "skipped"}
+
+
+@pytest.mark.parametrize("which", ["ECOAdamW", "ECOAdamW-kahan", "ECOSGD", "DQTAdamW"])
+def test_parameters_without_grad_are_skipped_and_left_alone(which):
+    torch.manual_seed(0)
+    a, b = (nn.Parameter(torch.randn(4, 5)) for _ in range(2))
+    opt = _optimizers()[which]([("a", a), ("b", b)])
+    before_a, before_b = a.detach().clone(), b.detach().clone()
+    st_b = _snapshot(opt, b)
+    opt.step()  # step() before any backward: nothing to do
+    assert opt.t == 0 and torch.equal(a, before_a) and torch.equal(b, before_b)
+    for _ in range(3):  # b frozen (no .grad): a moves, b and its state do not
+        a.grad = torch.randn(4, 5)
+        opt.step()
+    assert opt.t == 3 and not torch.equal(a, before_a) and torch.equal(b, before_b)
+    after = _snapshot(opt, b)
+    assert after.keys() == st_b.keys()
+    assert all(torch.equal(after[k], v) if isinstance(v, torch.Tensor) else after[k] == v
+               for k, v in st_b.items())
+
+
+def test_a_late_parameter_gets_adamw_bias_correction_of_its_own_steps():
+    """A parameter skipped for 3 steps then updated takes torch.optim.AdamW's first step."""
+    torch.manual_seed(0)
+    q, late = nn.Parameter(torch.randn(4, 5)), nn.Parameter(torch.randn(3, 2))
+    ref = nn.Parameter(late.detach().clone())
+    opt = ECOAdamW([("q", q), ("late", late)], 1e-2, weights={"q": Q}, key=0)
+    torch_opt = torch.optim.AdamW([ref], 1e-2, weight_decay=0.0)
+    for t in range(6):
+        q.grad = torch.randn(4, 5)
+        if t >= 3:
+            late.grad = torch.randn(3, 2)
+            ref.grad = late.grad.clone()
+            torch_opt.step()
+        opt.step()
+    torch.testing.assert_close(late.detach(), ref.detach(), rtol=1e-6, atol=1e-7)

@@ -237,8 +237,8 @@ class ECOSGD(_ECOBase):
 class ECOAdamW(_ECOBase):
     """AdamW over quantized weights (mirror of :func:`ecosim.optim.adamw`).
 
-    Step ``t`` (``n = t + 1``, ``lr = group["lr"]``, ``g`` the gradient at the stored weights
-    ``w``)::
+    Step ``t`` (``n = t + 1``, less the steps that skipped the parameter for want of a
+    ``.grad``; ``lr = group["lr"]``, ``g`` the gradient at the stored weights ``w``)::
 
         m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2                    [q_m, q_v]
         d = sqrt(v / (1 - b2^n)) + eps
@@ -382,6 +382,11 @@ class ECOAdamW(_ECOBase):
                              f"{len(self.param_groups)} param groups: one per group expected")
         return sched[i]
 
+    def _skipped(self, st):
+        """A step without this parameter's gradient: its bias correction counts its own
+        updates, ``n = t + 1 - st["skipped"]`` (``torch.optim.AdamW``'s per-parameter step)."""
+        st["skipped"] = st.get("skipped", 0) + 1
+
     def _init_state(self, st, group, meta, full, w):
         self._zeros(st, "m", full)
         self._zeros(st, "v", full)
@@ -390,7 +395,7 @@ class ECOAdamW(_ECOBase):
     def _step_param(self, meta, p, w, g, st, group, t):
         (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]
         name, key = meta.name, self._key(group, meta)
-        n = t + 1
+        n = t + 1 - st.get("skipped", 0)
         bc1, bc2 = 1.0 - b1**n, 1.0 - b2**n
         m, v = self._load(st, "m", w), self._load(st, "v", w)
         self._math.moments(m, v, g, b1, b2)
@@ -418,7 +423,7 @@ class ECOAdamW(_ECOBase):
         injection gain), ``eco_momentum_exact``'s offset ``(c / s)(e_prev - e / b1)`` in
         NumPy's order, with ``d``."""
         (b1, _), lr, wd = group["betas"], group["lr"], group["weight_decay"]
-        bc1, decay = 1.0 - b1**(t + 1), 1.0 - lr * wd
+        bc1, decay = 1.0 - b1**(t + 1 - st.get("skipped", 0)), 1.0 - lr * wd
         key, pending = self._key(group, meta), st.get("pending", False)
 
         def exact(m, e_prev, e):
@@ -432,7 +437,7 @@ class ECOAdamW(_ECOBase):
         if pending:
             st["pending"] = False
 
-    def _step_group(self, group, gs, t):
+    def _step_group(self, group, items, t):
         """The step of ``group``'s parameters, batched in runs of at most ``_BATCH`` elements
         when the moments are float tensors (no ``states`` format) and the math is eager:
         the moment updates as ``torch._foreach`` calls, ``d`` and ``(lr/bc1) m/d`` on the
@@ -441,23 +446,26 @@ class ECOAdamW(_ECOBase):
         the same order (element-wise, so the same bits); only the per-call overhead goes."""
         if (self._math.compiled is not None or self.states.get("m") is not None
                 or self.states.get("v") is not None):
-            return super()._step_group(group, gs, t)
+            return super()._step_group(group, items, t)
         run, size = [], 0
-        for name, p, g in zip(group["names"], group["params"], gs):
+        for name, p, g in items:
             meta = self._meta[name]
             w, g = self._inputs(group, meta, p, g, t)
-            if run and (size + w.numel() > _BATCH or (w.dtype, w.device) != run[0][2:4]):
+            st = self.state[p]
+            if run and (size + w.numel() > _BATCH or (w.dtype, w.device) != run[0][2:4]
+                        or st.get("skipped", 0) != run[0][6].get("skipped", 0)):
                 self._step_run(run, group, t)
                 run, size = [], 0
-            run.append((meta, p, w.dtype, w.device, w, g, self.state[p]))
+            run.append((meta, p, w.dtype, w.device, w, g, st))
             size += w.numel()
         if run:
             self._step_run(run, group, t)
 
     def _step_run(self, run, group, t):
-        """:meth:`_step_param` of several parameters of one dtype and device at once."""
+        """:meth:`_step_param` of several parameters of one dtype, device and count of
+        updates at once."""
         (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]
-        n = t + 1
+        n = t + 1 - run[0][6].get("skipped", 0)
         bc1, bc2 = 1.0 - b1**n, 1.0 - b2**n
         sts = [r[6] for r in run]
         ms, vs = [st["m"] for st in sts], [st["v"] for st in sts]

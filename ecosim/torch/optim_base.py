@@ -352,42 +352,60 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
 
     # -- the step ---------------------------------------------------------------------------------
     def _grads(self, group, t):
-        gs = []
+        """``(name, parameter, gradient)`` of the parameters of ``group`` that have a gradient
+        (``.grad`` None: skipped, as ``torch.optim`` does), their gradients checked."""
+        items = []
         for name, p in zip(group["names"], group["params"]):
             if p.grad is None:
-                raise ValueError(f"parameter {name!r} has no gradient")
+                continue
             if p.grad.is_sparse:
                 raise ValueError(f"parameter {name!r} has a sparse gradient (not supported)")
-            gs.append(local_tensor(p.grad).detach())
+            items.append((name, p, local_tensor(p.grad).detach()))
         # min and max propagate NaN and show inf: one pass per gradient (isfinite().all() is
         # ~10x slower on the CPU) and one device sync per group; the slow check only names
         # the culprit.
-        ends = [e for g in gs if g.numel() for e in torch.aminmax(g)]
+        ends = [e for _, _, g in items if g.numel() for e in torch.aminmax(g)]
         if not ends or bool(torch.isfinite(torch.stack(ends)).all()):
-            return gs
-        for name, g in zip(group["names"], gs):
+            return items
+        for name, _, g in items:
             if g.numel() and not bool(torch.isfinite(g).all()):
                 raise ValueError(f"gradient of parameter {name!r} at step {t} has "
                                  "non-finite values")
         raise AssertionError("unreachable: aminmax saw a non-finite value")  # pragma: no cover
 
+    def _skipped(self, st):
+        """Parameter state ``st`` was left out of this step (no gradient); nothing by default."""
+
     @torch.no_grad()
     def step(self, closure=None):
+        """One update of every parameter that has a gradient. Parameters whose ``.grad`` is
+        None are skipped and their states left as they are (``torch.optim``'s rule); when no
+        parameter has one, nothing happens (the step counter ``t`` does not advance). Every
+        group's gradients are checked before anything is written."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         t = self._step_count_t
-        diag = self._diag = (_StepDiag() if getattr(self, "collect_diagnostics", False)
-                             else None)
+        work = []
         for group in self.param_groups:
             _check_lr(group["lr"], "fp")
             self._check_group(group)
-            gs = self._grads(group, t)
+            work.append((group, self._grads(group, t)))
+        if not any(items for _, items in work):
+            return loss
+        for group, items in work:
+            have = {id(p) for _, p, _ in items}
+            for p in group["params"]:
+                if id(p) not in have:
+                    self._skipped(self.state[p])
+        diag = self._diag = (_StepDiag() if getattr(self, "collect_diagnostics", False)
+                             else None)
+        for group, items in work:
             if diag is None:
-                self._step_group(group, gs, t)
+                self._step_group(group, items, t)
                 continue
-            for name, p, g in zip(group["names"], group["params"], gs):
+            for name, p, g in items:
                 meta = self._meta[name]
                 w, g = self._inputs(group, meta, p, g, t)
                 if meta.q is None:
@@ -409,10 +427,11 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         w = self._weights_of(meta, p)
         return w, self._qgrad(g.to(w.dtype), self._key(group, meta), t, meta.name)
 
-    def _step_group(self, group, gs, t):
-        """Update every parameter of ``group`` (diagnostics off), one ``_step_param`` each;
-        an optimizer may batch the element-wise math of several parameters instead."""
-        for name, p, g in zip(group["names"], group["params"], gs):
+    def _step_group(self, group, items, t):
+        """Update the parameters ``items`` (``_grads``'s triples) of ``group`` (diagnostics
+        off), one ``_step_param`` each; an optimizer may batch the element-wise math of
+        several parameters instead."""
+        for name, p, g in items:
             meta = self._meta[name]
             w, g = self._inputs(group, meta, p, g, t)
             self._step_param(meta, p, w, g, self.state[p], group, t)
