@@ -143,7 +143,7 @@ def test_inject_kept_mirrors_numpy(kind, states):
     if kind == "sgd":
         no = sgdm(0.05, 0.9, scheme="eco", weights=ecosim.Quantizer(**cfg), states=states)
         to = ECOSGD(tp, 0.05, 0.9, scheme="eco", weights=et.Quantizer(**cfg), key=KEY,
-                    states=states, diagnostics=True)
+                    states=states, diagnostics=True, heavy_ball=False)
     else:
         no = adamw(1e-2, scheme="eco", weights=ecosim.Quantizer(**cfg), states=states)
         to = ECOAdamW(tp, 1e-2, scheme="eco", weights=et.Quantizer(**cfg), key=KEY,
@@ -168,7 +168,7 @@ def test_inject_kept_mirrors_numpy(kind, states):
 def test_m_over_g_and_no_injection():
     p = torch.nn.Parameter(torch.ones(3, 4))
     opt = ECOSGD([p], 0.1, 0.5, scheme="naive", weights=et.Quantizer("int8", scale=2.0**-4),
-                 diagnostics=True)
+                 diagnostics=True, heavy_ball=False)
     p.grad = torch.full((3, 4), 2.0)
     opt.step()
     d = opt.diagnostics()

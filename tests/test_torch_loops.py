@@ -136,3 +136,29 @@ def test_a_late_parameter_gets_adamw_bias_correction_of_its_own_steps():
             torch_opt.step()
         opt.step()
     torch.testing.assert_close(late.detach(), ref.detach(), rtol=1e-6, atol=1e-7)
+
+
+# -- SGD momentum means what torch.optim.SGD means ---------------------------------------------
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_ecosgd_momentum_is_torch_sgd_momentum(nesterov):
+    """The master copy of ECOSGD(lr, momentum) is torch.optim.SGD(lr, momentum)'s parameter;
+    heavy_ball=False is the EMA form, 1 - beta times the step."""
+    from ecosim.torch import ECOSGD
+    torch.manual_seed(0)
+    w0 = torch.randn(4, 6)
+    ref, p, ema = (nn.Parameter(w0.clone()) for _ in range(3))
+    sgd = torch.optim.SGD([ref], lr=0.1, momentum=0.9, nesterov=nesterov)
+    eco = ECOSGD([p], lr=0.1, momentum=0.9, scheme="master", weights=Q, nesterov=nesterov)
+    eco_ema = ECOSGD([ema], lr=0.1, momentum=0.9, scheme="master", weights=Q,
+                     nesterov=nesterov, heavy_ball=False)
+    for _ in range(20):
+        g = torch.randn(4, 6)  # gradients independent of the weights: the same in all three
+        ref.grad, p.grad, ema.grad = g.clone(), g.clone(), g.clone()
+        sgd.step(), eco.step(), eco_ema.step()
+    # a few ulps apart after 20 steps: torch's p.add_(buf, alpha=-lr) may round the product
+    # and the sum once where ECOSGD rounds twice; the EMA default was 10x off
+    torch.testing.assert_close(eco.state_values(p, "master"), ref.detach(), rtol=1e-6,
+                               atol=1e-6)
+    moved, moved_ema = ref.detach() - w0, eco_ema.state_values(ema, "master") - w0
+    torch.testing.assert_close(moved_ema, 0.1 * moved, rtol=1e-4, atol=1e-5)

@@ -211,7 +211,8 @@ def test_stored_weights_match_numpy(kind, scheme, states, keep_initial):
                       states=states)
     else:
         no = sgdm(0.05, 0.9, scheme=scheme, weights=qn, states=states)
-        to = ECOSGD(model.named_parameters(), 0.05, 0.9, scheme=scheme, key=KEY, states=states)
+        to = ECOSGD(model.named_parameters(), 0.05, 0.9, scheme=scheme, key=KEY, states=states,
+                    heavy_ball=False)
     w, s = no.init(P0, key=KEY)
     slots = dict(model.named_parameters())
     for t in range(8):

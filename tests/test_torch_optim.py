@@ -40,7 +40,7 @@ def _pair(kind, scheme, mode, P, fmt="e4m3", states=None, **kw):
     if kind == "sgd":
         no = sgdm(0.05, 0.9, scheme=scheme, weights=qn, weight_decay=0.01, states=states, **kw)
         to = ECOSGD(tp, 0.05, 0.9, 0.01, scheme=scheme, weights=qt, key=KEY, states=states,
-                    **kw)
+                    **{"heavy_ball": False, **kw})  # NumPy sgdm's default: EMA momentum
     else:
         no = adamw(1e-2, 0.9, 0.999, 1e-8, 0.1, scheme=scheme, weights=qn, states=states, **kw)
         to = ECOAdamW(tp, 1e-2, (0.9, 0.999), 1e-8, 0.1, scheme=scheme, weights=qt, key=KEY,
@@ -171,7 +171,8 @@ def test_state_dict_resume_is_bit_exact(kind, scheme, states):
     qt = et.Quantizer("e4m3", "sr", granularity="row")
     b = cls(fresh, 0.05 if kind == "sgd" else 1e-2, scheme=scheme, weights=qt, key=999,
             states=states,
-            **({"weight_decay": 0.01} if kind == "sgd" else {"weight_decay": 0.1}))
+            **({"weight_decay": 0.01, "heavy_ball": False} if kind == "sgd"
+               else {"weight_decay": 0.1}))
     with torch.no_grad():
         for k, p in fresh:
             p.copy_(saved["params"][k])
@@ -250,7 +251,7 @@ def test_unnamed_params_are_named_by_position():
     w, s = no.init({"0": P["w1"], "1": P["w2"]}, key=3)
     ps = [torch.nn.Parameter(torch.from_numpy(P[k].copy())) for k in ("w1", "w2")]
     opt = ECOSGD(ps, 0.05, 0.9, scheme="eco",
-                 weights=et.Quantizer("e4m3", "sr", granularity="row"), key=3)
+                 weights=et.Quantizer("e4m3", "sr", granularity="row"), key=3, heavy_ball=False)
     w, s = no.step(w, {"0": G[0]["w1"], "1": G[0]["w2"]}, s)
     ps[0].grad, ps[1].grad = torch.from_numpy(G[0]["w1"]), torch.from_numpy(G[0]["w2"])
     opt.step()

@@ -117,11 +117,19 @@ __all__ = ["ECOSGD", "ECOAdamW"]
 class ECOSGD(_ECOBase):
     """SGD with momentum over quantized weights (mirror of :func:`ecosim.optim.sgdm`).
 
+    ``momentum`` means what it means in ``torch.optim.SGD``: heavy-ball momentum
+    ``m = beta m + g`` (no dampening), so ``ECOSGD(ps, lr=0.1, momentum=0.9,
+    scheme="master")`` keeps the master copy ``torch.optim.SGD(ps, lr=0.1, momentum=0.9)``
+    would hold. ``heavy_ball=False`` selects the EMA form ``m = beta m + (1 - beta) g`` of
+    :func:`ecosim.optim.sgdm`'s default (and of the paper's analysis): its steps are
+    ``1 - beta`` times as large at the same ``lr`` (10x smaller at ``beta = 0.9``); the
+    NumPy mirror's ``sgdm(lr, beta)`` equals ``ECOSGD(..., heavy_ball=False)``.
+
     Step ``t`` (``lr = group["lr"]``; ``g`` the gradient at the stored weights ``w``, plus
     ``weight_decay * w``; ``gain = beta``, ``beta**2`` with Nesterov)::
 
-        m = beta * m + (1 - beta) * g        # heavy_ball: m = beta * m + g;    [q_m]
-        u = m                                # nesterov: u = beta * m + (1 - beta) * g
+        m = beta * m + g                     # heavy_ball=False: beta m + (1 - beta) g  [q_m]
+        u = m                                # nesterov: u = beta * m + g (EMA: (1 - beta) g)
         theta_tilde = base - lr * u          # base: w; master: theta; kahan: w + c
         w = q(theta_tilde);  e = theta_tilde - w          <- the weight write
         eco:       m += (1/lr)(1 - 1/beta) e             (Nesterov: / beta once more) [q_m]
@@ -142,7 +150,10 @@ class ECOSGD(_ECOBase):
             updated like ``"fp"``), or None (stored weights only; the rest full precision).
             Stored weights use their store's quantizer (a different one here is an error).
         key: root key of the SR draws.
-        nesterov, heavy_ball: as :func:`ecosim.optim.sgdm`.
+        nesterov: Nesterov momentum, as :func:`ecosim.optim.sgdm`.
+        heavy_ball: True (the default, ``torch.optim.SGD``'s momentum): ``m = beta m + g``;
+            False: the EMA form ``m = beta m + (1 - beta) g`` (NumPy ``sgdm``'s default).
+            ECO's injection coefficient is the same for both.
         states: per-buffer formats ``{"g": ..., "m": ..., "master": ...}``: an
             :class:`ecosim.torch.Quantizer`, a format name or a ``(format, mode)`` pair (as
             :func:`ecosim.optim.base.state_quantizer`).
@@ -157,14 +168,14 @@ class ECOSGD(_ECOBase):
         >>> p = torch.nn.Parameter(torch.ones(1, 4))
         >>> opt = ECOSGD([p], 0.1, 0.9, scheme="eco", weights=Quantizer("int8", scale=2.0**-4))
         >>> for _ in range(20):              # every update is below half a grid step
-        ...     p.grad = torch.full((1, 4), 0.2)
+        ...     p.grad = torch.full((1, 4), 0.02)
         ...     opt.step()
         >>> p.detach()                      # naive rounding would stay at 1.0
         tensor([[0.8750, 0.8750, 0.8750, 0.8750]])
     """
 
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, *, scheme="eco",
-                 weights=None, key=0, nesterov=False, heavy_ball=False, states=None,
+                 weights=None, key=0, nesterov=False, heavy_ball=True, states=None,
                  diagnostics=False):
         lo_ok = not is_eco(scheme)
         if not (0.0 <= momentum < 1.0) or (not lo_ok and momentum == 0.0):
