@@ -162,3 +162,122 @@ def test_ecosgd_momentum_is_torch_sgd_momentum(nesterov):
                                atol=1e-6)
     moved, moved_ema = ref.detach() - w0, eco_ema.state_values(ema, "master") - w0
     torch.testing.assert_close(moved_ema, 0.1 * moved, rtol=1e-4, atol=1e-5)
+
+
+# -- DQTAdamW on every stored layer type -------------------------------------------------------
+
+def test_dqtadamw_is_exported():
+    import ecosim.torch as et
+    from ecosim.torch.dqt import DQTAdamW, dqt_quantizers
+    assert et.DQTAdamW is DQTAdamW and et.dqt_quantizers is dqt_quantizers
+    assert {"DQTAdamW", "dqt_quantizers"} <= set(et.__all__)
+
+
+def _conv1d_class():
+    try:
+        from transformers.pytorch_utils import Conv1D
+    except ImportError:
+        class Conv1D(nn.Module):  # transformers' layout: weight (in, out), y = x W + b
+            def __init__(self, nf, nx):
+                super().__init__()
+                self.nf = nf
+                self.weight = nn.Parameter(torch.randn(nx, nf) * 0.1)
+                self.bias = nn.Parameter(torch.zeros(nf))
+
+            def forward(self, x):
+                return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight).view(
+                    *x.shape[:-1], self.nf)
+    return Conv1D
+
+
+def _dqt_run(model, x, steps=4):
+    from ecosim.torch.dqt import DQTAdamW, dqt_quantizers
+    rep = quantize_model(model, dqt_quantizers(8)[0], key=2)
+    opt = DQTAdamW(rep.param_groups(), 1e-2, key=5)
+    for t in range(steps):
+        opt.zero_grad()
+        (model(x) ** 2).mean().backward()
+        opt.step()
+    return opt
+
+
+def test_dqtadamw_on_a_stored_conv2d_equals_dqt_on_its_plain_kernel():
+    from ecosim.torch.dqt import DQTAdamW
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 8, 3, bias=False)
+    kernel = nn.Parameter(conv.weight.detach().clone())
+    x = torch.randn(2, 3, 6, 6)
+    model = nn.Sequential(conv)
+    plain = DQTAdamW([("0.weight", kernel)], 1e-2, key=5)
+    opt = _dqt_run(model, x, steps=0)
+    for t in range(4):
+        opt.zero_grad(), plain.zero_grad()
+        (model(x) ** 2).mean().backward()
+        (torch.nn.functional.conv2d(x, kernel) ** 2).mean().backward()
+        opt.step(), plain.step()
+        assert torch.equal(model[0].read(), kernel.detach()), t
+
+
+def test_dqtadamw_on_a_stored_conv1d_equals_dqt_on_the_linear_it_is():
+    """A Conv1D holds W transposed; its codes are the (out, in) matrix of the linear layer."""
+    torch.manual_seed(0)
+    conv = _conv1d_class()(8, 6)
+    lin = nn.Linear(6, 8)
+    with torch.no_grad():
+        lin.weight.copy_(conv.weight.t()), lin.bias.copy_(conv.bias)
+    x = torch.randn(5, 6)
+    a, b = nn.Sequential(conv), nn.Sequential(lin)
+    _dqt_run(a, x), _dqt_run(b, x)
+    assert torch.equal(a[0].codes, b[0].codes) and torch.equal(a[0].scales, b[0].scales)
+    assert torch.equal(a[0].read(), b[0].read().t())
+
+
+def test_dqtadamw_leaves_the_report_s_full_precision_group_alone():
+    """Norms and embeddings (quantize_model's second group) train by plain AdamW."""
+    from ecosim.torch.dqt import DQTAdamW, dqt_quantizers
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 6), nn.Linear(6, 6), nn.LayerNorm(6))
+    rep = quantize_model(model, dqt_quantizers(8)[0])
+    plain = [p for _, p in rep.param_groups()[1]["params"]]
+    twins = [nn.Parameter(p.detach().clone()) for p in plain]
+    opt = DQTAdamW(rep.param_groups(), 1e-2)
+    adam = torch.optim.AdamW(twins, 1e-2, weight_decay=0.0)
+    for p, twin in zip(plain, twins):
+        assert torch.equal(p.detach(), twin.detach())  # no initial write onto a grid
+    tokens = torch.tensor([[1, 4, 2, 7]])
+    for _ in range(3):
+        opt.zero_grad()
+        (model(tokens) ** 2).mean().backward()
+        for p, twin in zip(plain, twins):
+            twin.grad = p.grad.clone()
+        opt.step(), adam.step()
+    for p, twin in zip(plain, twins):  # AdamW's update, up to its order of float operations
+        torch.testing.assert_close(p.detach(), twin.detach(), rtol=1e-6, atol=1e-7)
+    assert model[2].weight.unique().numel() == 6  # the norm's gains did not collapse
+    with pytest.raises(ValueError, match="nothing to quantize"):
+        DQTAdamW(plain, 1e-2, quantize_plain=False)
+
+
+@pytest.mark.parametrize("model_first", [True, False])
+def test_dqtadamw_resume_in_either_order_keeps_the_codes(model_first):
+    from ecosim.torch.dqt import DQTAdamW, dqt_quantizers
+
+    def net(seed):
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(6, 12), nn.LayerNorm(12), nn.Tanh(), nn.Linear(12, 3))
+        return model, quantize_model(model, dqt_quantizers(8)[0], key=1)
+
+    model, rep = net(0)
+    opt = DQTAdamW(rep.param_groups(), 1e-2, key=3)
+    _train(model, opt, 4, 0)
+    sd, osd = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+    want = _train(model, opt, 3, 4)
+    model2, rep2 = net(7)
+    if model_first:
+        model2.load_state_dict(sd)
+    opt2 = DQTAdamW(rep2.param_groups(), 1e-2, key=3)
+    if not model_first:
+        model2.load_state_dict(sd)
+    opt2.load_state_dict(osd)
+    assert all(torch.equal(a, b) for a, b in zip(_codes(model2), sd_codes(sd)))
+    assert _train(model2, opt2, 3, 4) == want

@@ -28,6 +28,8 @@ Public names:
     ECOSGD, ECOAdamW: the master/naive/ECO/exact-ECO/Kahan optimizers as torch optimizers,
         with low-precision states, bit-identical to :mod:`ecosim.optim` on the CPU in float32
         (:mod:`ecosim.torch.optim`).
+    DQTAdamW, dqt_quantizers: AdamW writing onto the previous step's n-bit or ternary grid
+        (DQT, :mod:`ecosim.torch.dqt`), on plain parameters or any stored layer.
     QuantizedLinear, store_weights, GradSlot, stored: weights held as real low-precision
         codes between steps (1 byte per FP8 weight plus scales), updated in place by the ECO
         optimizers (:mod:`ecosim.torch.nn`).
@@ -63,13 +65,14 @@ from .layers import (
     store_module,
 )
 from .models import QuantizeReport, ema_update, quantize_model, unstore_weights
+from .dqt import DQTAdamW, dqt_quantizers
 from .optim import ECOAdamW, ECOSGD
 from .quantizer import Encoded, Quantizer
 from .rng import fold_in, random_bits, split_key
 from .rounding import MODES, quantize
 
-__all__ = ["ECOAdamW", "ECOSGD", "Encoded", "GradSlot", "MODES", "MeasuredMemory",
+__all__ = ["DQTAdamW", "ECOAdamW", "ECOSGD", "Encoded", "GradSlot", "MODES", "MeasuredMemory",
            "QuantizeReport", "QuantizedConv", "QuantizedConv1D", "QuantizedLinear",
-           "QuantizedMultiheadAttention", "Quantizer", "data_parallel", "ema_update", "fold_in",
-           "measured_memory", "quantize", "quantize_model", "random_bits", "split_key",
-           "store_module", "store_weights", "stored", "unstore_weights"]
+           "QuantizedMultiheadAttention", "Quantizer", "data_parallel", "dqt_quantizers",
+           "ema_update", "fold_in", "measured_memory", "quantize", "quantize_model", "random_bits",
+           "split_key", "store_module", "store_weights", "stored", "unstore_weights"]

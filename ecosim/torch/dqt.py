@@ -95,8 +95,10 @@ class DQTAdamW(ECOAdamW):
 
     Args:
         params: tensors, ``named_parameters()`` pairs or param groups, as
-            :class:`~ecosim.torch.ECOAdamW`; every parameter given is quantized (plain
-            float32 tensors, or stored layers holding ``dqt_quantizers(bits, mode=mode)[0]``).
+            :class:`~ecosim.torch.ECOAdamW`: plain float32 tensors, or stored layers
+            holding ``dqt_quantizers(bits, mode=mode)[0]`` (any layer type
+            :func:`~ecosim.torch.quantize_model` stores: linear, convolutions, ``Conv1D``,
+            attention; the grid is one scale per weight tensor).
         lr: learning rate.
         bits: 8, 4, 2, 1.58, ``"ternary"`` or a format name (``"int8"`` ...).
         betas, eps, weight_decay, key, states, diagnostics, compile: as
@@ -104,6 +106,12 @@ class DQTAdamW(ECOAdamW):
         scheme: ``"naive"`` (DQT) or ``"eco"``.
         mode: rounding of the updates, ``"sr"`` (DQT) or ``"rtn"``.
         scale: ``"absmax"`` or ``"max"`` (see :func:`previous_scales`).
+        quantize_plain: whether plain (not stored) parameters are put on DQT's grid too.
+            None (default): only when no stored weight is given, so
+            ``DQTAdamW(report.param_groups(), lr)`` keeps the norms, biases and embeddings
+            of :func:`~ecosim.torch.quantize_model`'s second group in their own precision
+            (AdamW), as :class:`~ecosim.torch.ECOAdamW` does, while ``DQTAdamW([p], lr)``
+            quantizes ``p``. True or False decides it for every plain parameter.
 
     Example:
         >>> import torch
@@ -119,7 +127,7 @@ class DQTAdamW(ECOAdamW):
 
     def __init__(self, params, lr, bits=8, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
                  scheme="naive", mode="sr", scale="absmax", key=0, states=None,
-                 diagnostics=False, compile=False):
+                 diagnostics=False, compile=False, quantize_plain=None):
         if scheme not in ("naive", "eco"):
             raise ValueError(f"DQTAdamW's scheme must be 'naive' or 'eco', got {scheme!r}")
         if scale not in _SCALES:
@@ -130,6 +138,13 @@ class DQTAdamW(ECOAdamW):
         self._read: dict = {}  # stored layer -> its weights read this step (w_{t-1})
         self._like: dict = {}  # parameter name -> (shape, dtype) of its scales
         self._initial: dict = {}  # stored layer -> W_0, taken before the base optimizer drops it
+        if quantize_plain is not None and not isinstance(quantize_plain, bool):
+            raise TypeError(f"quantize_plain must be None, True or False, got "
+                            f"{quantize_plain!r}")
+        params = _listed(params)
+        if quantize_plain is None:  # plain parameters beside stored ones: the model's rest
+            quantize_plain = not any(stored(t) is not None for t in _tensors(params))
+        self.quantize_plain = quantize_plain
         super().__init__(params, lr, betas, eps, weight_decay, scheme=scheme,
                          weights=self.step_quantizer, key=key, states=states,
                          diagnostics=diagnostics, compile=compile)
@@ -143,6 +158,11 @@ class DQTAdamW(ECOAdamW):
             if layer is not None:
                 self._initial[layer] = layer.pop_initial()
         super().add_param_group({**param_group, "params": ps})
+
+    def _quantizer_for(self, name, layer):
+        if layer is None and not self.quantize_plain:
+            return None  # kept in its own precision, updated by AdamW ("fp")
+        return super()._quantizer_for(name, layer)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -164,19 +184,27 @@ class DQTAdamW(ECOAdamW):
 
     def _write(self, meta, p, x, key):
         """Store DQT's write of ``x`` and return the stored values: ``q_init(x)`` at
-        construction (a stored layer: of its ``W_0``), then SR onto the previous grid."""
+        construction (a stored layer: of its ``W_0``; one without, its codes loaded from a
+        checkpoint, keeps them), then SR onto the previous grid."""
         layer = stored(p)
+        # a stored layer's codes hold its (out, fan-in) matrix (a kernel flattened, a Conv1D
+        # transposed): the grid is computed and written in that layout
+        as_codes = layer._to_matrix if layer is not None else (lambda y: y)
         if not self._stepping:  # the initial write, to nearest
             q, k = self.init_quantizer, None
             if layer is not None:
                 w0 = self._initial.pop(layer, None)
-                x = w0 if w0 is not None else x  # a layer without W_0 starts from its values
+                if w0 is None:  # loaded or written codes (a resume): already on their grid
+                    return layer.read()
+                x = w0
+            x = as_codes(x)
             s = q.scales(x)
         else:
             q, k = self.step_quantizer, key
             prev = p.detach() if layer is None else self._read.pop(layer, None)
             if prev is None:
                 prev = layer.read()
+            x, prev = as_codes(x), as_codes(prev)
             s = previous_scales(q, prev, self.scale_rule, like=self._like.get(meta.name))
             self._like[meta.name] = (s.shape, s.dtype)
         if layer is not None:
@@ -186,3 +214,23 @@ class DQTAdamW(ECOAdamW):
         p.detach().copy_(values)
         self.state[p]["w_scales"] = s  # the scales of the stored values (ECOAdamW.encoded)
         return values
+
+
+def _listed(params):
+    """``params`` as a list, each group's ``"params"`` a list (they are read twice)."""
+    if isinstance(params, torch.Tensor):
+        return [params]
+    out = []
+    for g in params:
+        if isinstance(g, dict):
+            ps = g["params"]
+            g = {**g, "params": [ps] if isinstance(ps, torch.Tensor) else list(ps)}
+        out.append(g)
+    return out
+
+
+def _tensors(params):
+    """The tensors of ``_listed`` params (groups, tensors or ``(name, tensor)`` pairs)."""
+    for g in params:
+        for x in (g["params"] if isinstance(g, dict) else [g]):
+            yield x[1] if isinstance(x, tuple) else x
