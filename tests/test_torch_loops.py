@@ -281,3 +281,54 @@ def test_dqtadamw_resume_in_either_order_keeps_the_codes(model_first):
     opt2.load_state_dict(osd)
     assert all(torch.equal(a, b) for a, b in zip(_codes(model2), sd_codes(sd)))
     assert _train(model2, opt2, 3, 4) == want
+
+
+# -- schedulers that cycle beta1 -------------------------------------------------------------
+
+@pytest.mark.parametrize("scheme", ["eco", "eco_wd", "eco_momentum_exact"])
+def test_a_cycled_beta1_is_used_by_each_step_as_numpy_would(scheme):
+    """Under OneCycleLR (cycle_momentum), every step, its ECO injection included, uses the
+    beta1 and lr the scheduler set for it: NumPy's AdamW with those values, step by step."""
+    import numpy as np
+
+    import ecosim
+    from ecosim.optim import adamw
+    rs = np.random.default_rng(0)
+    P = {"w": rs.standard_normal((4, 6)).astype(np.float32)}
+    p = nn.Parameter(torch.from_numpy(P["w"].copy()))
+    cfg = dict(fmt="e4m3", mode="sr", granularity="row")
+    opt = ECOAdamW([("w", p)], 1e-2, weight_decay=0.1, scheme=scheme,
+                   weights=Quantizer(**cfg), key=4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2, total_steps=12)
+    w, s = adamw(1e-2, weight_decay=0.1, scheme=scheme,
+                 weights=ecosim.Quantizer(**cfg)).init(P, key=4)
+    seen = set()
+    for _ in range(12):
+        g = rs.standard_normal((4, 6)).astype(np.float32)
+        (b1, b2), lr = opt.param_groups[0]["betas"], opt.param_groups[0]["lr"]
+        seen.add(b1)
+        w, s = adamw(lr, b1, b2, weight_decay=0.1, scheme=scheme,
+                     weights=ecosim.Quantizer(**cfg)).step(w, {"w": g}, s)
+        p.grad = torch.from_numpy(g)
+        opt.step()
+        sched.step()
+        assert torch.equal(p.detach(), torch.from_numpy(w["w"]))
+        assert torch.equal(opt.state_values(p, "m"), torch.from_numpy(s.m["w"]))
+    assert len(seen) > 5  # beta1 really cycled
+
+
+def test_sgd_eco_exact_refuses_a_momentum_changed_under_it():
+    from ecosim.torch import ECOSGD
+    p = nn.Parameter(torch.randn(4, 6))
+    opt = ECOSGD([p], 0.1, 0.9, scheme="eco_exact", weights=Q)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=10)
+    p.grad = torch.randn(4, 6)
+    before = p.detach().clone()
+    with pytest.raises(ValueError, match="momentum changed from 0.9 to 0.95"):
+        opt.step()  # OneCycleLR starts at max_momentum
+    assert torch.equal(p.detach(), before)
+    opt.param_groups[0]["momentum"] = 0.9
+    opt.step()  # constant again: runs
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=10,
+                                                cycle_momentum=False)
+    opt.step(), sched.step(), opt.step()

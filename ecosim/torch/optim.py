@@ -71,6 +71,16 @@ rates ``lr(t + 1 .. t + H)``, which a ``torch.optim.lr_scheduler`` cannot be ask
 takes them from ``lr_schedule=`` (``t -> lr``, the rate the scheduler will set at step ``t``)
 and refuses to step when ``group["lr"]`` is not ``lr_schedule(t)`` (see :class:`ECOAdamW`).
 
+Momentum coefficients are read from ``group["momentum"]`` and ``group["betas"]`` at every step
+too, so schedulers that cycle them (``OneCycleLR``'s ``cycle_momentum``) work. ECO's
+injection at step ``t`` gives the rounding error back through the next step's momentum
+update, so its coefficient ``(1/lr)(1 - 1/beta)`` (AdamW: times ``(1 - b1^n) d``) wants the
+next step's ``beta`` as it wants the next step's ``lr``; it takes this step's, the same
+``beta`` this step's momentum update and bias correction use (as NumPy does when its ``b1``
+changes between steps), an error first order in the change of ``beta`` per step, as for
+``lr``. SGD's ``eco_exact``, which claims the master trajectory exactly, refuses to step when
+``group["momentum"]`` changed since its last injection (it cannot know the next ``beta``).
+
 Speed. The cost of a step is the weight write: the bit-exact integer rounding (and, for SR,
 the counter-based random bits) of :mod:`ecosim.torch.rounding`. Measured on one CPU thread
 (torch 2.13, 16 tensors of 512 x 512 = 4.2M parameters, row-wise E4M3, min of 8 interleaved
@@ -200,15 +210,24 @@ class ECOSGD(_ECOBase):
         return group["lr"] if nl is None else nl
 
     def _check_group(self, group):
-        if self._scheme_record().exact and (group["lr"] == 0.0
-                                            or self._lr_next(group) <= 0.0):
+        if not self._scheme_record().exact:
+            return
+        if group["lr"] == 0.0 or self._lr_next(group) <= 0.0:
             raise ValueError("eco_exact with a zero learning rate (this step's or the next's) "
                              "is not supported here (NumPy keeps the error pending)")
+        assumed = group.get("exact_momentum")
+        if assumed is not None and group["momentum"] != assumed:
+            raise ValueError(
+                f"eco_exact: momentum changed from {assumed!r} to {group['momentum']!r} since "
+                "its last injection, which assumed it constant, so the run is no longer "
+                "exact; keep the momentum constant (OneCycleLR(..., cycle_momentum=False)) "
+                "or use scheme='eco'")
 
     def _init_state(self, st, group, meta, full, w):
         self._zeros(st, "m", full)
         self._init_scheme_state(st, group, meta, full, w)
         if meta.sch.exact:  # m_0 = -e_0 / (gain lr_0)
+            group["exact_momentum"] = group["momentum"]  # the beta the injections assume
             m0 = st["e_prev"] * (-1.0 / (self._gain(group["momentum"]) * group["lr"]))
             self._keep(st, "m", m0, self._key(group, meta), 0, meta.name, "init_m")
 
@@ -241,6 +260,7 @@ class ECOSGD(_ECOBase):
             m += e_prev * (beta / (gain * lr))
             m -= e * (1.0 / (gain * self._lr_next(group)))
             self._keep(st, "m", m, key, t, name, "m_inject")
+            group["exact_momentum"] = beta
 
         self._finish_write(meta, p, st, w, tt, key, t, m, eco_gain, exact)
 
