@@ -332,3 +332,24 @@ def test_sgd_eco_exact_refuses_a_momentum_changed_under_it():
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=10,
                                                 cycle_momentum=False)
     opt.step(), sched.step(), opt.step()
+
+
+def test_dqtadamw_on_stored_attention_writes_one_int8_grid_per_tensor():
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def forward(self, x):
+            return self.a(x, x, x)[0]
+
+    from ecosim.torch.nn import QuantizedLinear
+    torch.manual_seed(0)
+    model = Attn()
+    opt = _dqt_run(model, torch.randn(2, 3, 8))
+    layers = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
+    assert opt.t == 4 and len(layers) == 2  # in_proj and out_proj
+    for layer in layers:
+        enc = layer.encoded()
+        assert enc.codes.dtype == torch.int8 and enc.scales.numel() == 1
+        assert torch.equal(layer.read().reshape(enc.codes.shape), enc.codes.float() * enc.scales)
