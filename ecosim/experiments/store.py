@@ -6,13 +6,16 @@ Cache: ``<root>/<experiment>/<digest>.npz`` where ``digest`` is the experiment's
 <digest>.npz``, keyed by its computation, not by the experiments asking. Each entry's
 ``.json`` beside it records the key and the provenance of the code that computed it (git
 revision, dirty flag, source hash; for a shared unit also the experiments that asked for it);
-an entry that cannot be read is recomputed with a one-line notice. Files are written
+its content (the ``.npz``'s SHA-256 and each array's shape and dtype) is recorded there too, and
+an entry that does not match its record, is recorded under another key or cannot be read is
+recomputed with a one-line notice, never served. Files are written
 byte-deterministic (:func:`save_results`: stored zip members with a fixed timestamp,
 ``.npy`` payloads) to a temporary file in the same directory and moved into place with
 :func:`os.replace`, so a file that exists is complete, and a rerun writes the very same bytes.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -92,8 +95,7 @@ def save_results(path: str | os.PathLike, results: Mapping[str, Any]) -> Path:
 def load_results(path: str | os.PathLike) -> Results:
     """Read a ``.npz`` written by :func:`save_results` (no pickles)."""
     # from bytes: np.load leaves its file open when the archive is corrupt
-    with np.load(io.BytesIO(Path(path).read_bytes()), allow_pickle=False) as npz:
-        return as_results({k: npz[k] for k in npz.files}, str(path))
+    return _results_from_bytes(Path(path).read_bytes(), str(path))
 
 
 def atomic_write(path: Path, data: bytes) -> bool:
@@ -136,6 +138,8 @@ class Cache:
     def __init__(self, root: str | os.PathLike | None = None):
         if root is None:
             root = os.environ.get(CACHE_ENV) or DEFAULT_CACHE
+        if not isinstance(root, (str, os.PathLike)) or not os.fspath(root):
+            raise ValueError(f"Cache: root must be a non-empty path, got {root!r}")
         self.root = Path(root)
 
     def __repr__(self) -> str:
@@ -151,18 +155,47 @@ class Cache:
 
     def load(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
              unit=None) -> Results | None:
-        """Cached results, or None when absent or unreadable (then they are recomputed, and a
-        one-line notice on stderr says so)."""
+        """Cached results, or None when the entry is absent or cannot be trusted (then it is
+        recomputed, and a one-line notice on stderr says why).
+
+        An entry is served only when its ``.json`` names the very key asked for and the
+        ``.npz`` holds the content that record names (its SHA-256 and every array's name,
+        shape and dtype): an entry copied over another, edited, cut short or left without its
+        record is recomputed, never served."""
         path = self.path(exp, cfg, unit)
         if not path.exists():
             return None
+        problem = None
         try:
-            return load_results(path)
-        except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
-            print(f"ecosim: cache entry {path} is unreadable ({type(exc).__name__}: "
-                  f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); recomputing it",
-                  file=sys.stderr)
-            return None
+            doc = json.loads(path.with_suffix(".json").read_text())
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            doc, problem = None, f"has no readable record ({type(exc).__name__})"
+        if doc is not None:
+            asked = exp.key_doc() if isinstance(exp, SharedUnit) else exp.key_doc(cfg, unit)
+            stored = {k: v for k, v in doc.items() if k not in ("provenance", "content")}
+            content = doc.get("content")
+            if stored != _json_image(asked):
+                problem = "is recorded under another key"
+            elif not isinstance(content, dict) or "sha256" not in content:
+                problem = "has no content record"
+        if problem is None:
+            try:
+                data = path.read_bytes()
+                if hashlib.sha256(data).hexdigest() != content["sha256"]:
+                    problem = "does not hold the content its record names"
+                else:
+                    results = _results_from_bytes(data, str(path))
+                    if _array_record(results) != content.get("arrays"):
+                        problem = "does not hold the arrays its record names"
+                    else:
+                        return results
+            except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+                problem = (f"is unreadable ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})")
+        print(f"ecosim: cache entry {path} {problem}; recomputing it", file=sys.stderr)
+        return None
 
     def provenance(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
                    unit=None) -> dict[str, Any]:
@@ -187,7 +220,26 @@ class Cache:
                              "source_sha256": doc["code"]["source_sha256"]}
         if isinstance(exp, SharedUnit):
             doc["provenance"]["asked_by"] = list(asked_by)
+        data = results_bytes(results)
+        doc["content"] = {"sha256": hashlib.sha256(data).hexdigest(),
+                          "arrays": _array_record(results)}
+        # the record last: an entry whose record is missing or older is never served
+        atomic_write(path, data)
         atomic_write(path.with_suffix(".json"),
                      (json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
-        atomic_write(path, results_bytes(results))
         return path
+
+
+def _json_image(doc: Any) -> Any:
+    """``doc`` as it reads back from the ``.json`` record (tuples become lists, and so on)."""
+    return json.loads(json.dumps(doc, sort_keys=True))
+
+
+def _array_record(results: Mapping[str, np.ndarray]) -> dict[str, list]:
+    """``{name: [shape, dtype]}``: what a content record says each array is."""
+    return {k: [list(np.shape(v)), np.asarray(v).dtype.str] for k, v in sorted(results.items())}
+
+
+def _results_from_bytes(data: bytes, where: str) -> Results:
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        return as_results({k: npz[k] for k in npz.files}, where)
