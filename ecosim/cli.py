@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="build only these figures")
     p.add_argument("--out", metavar="DIR", default="figures",
                    help="output directory (default: figures)")
+    p.add_argument("--no-seed", action="store_true",
+                   help="train the language-model units the shipped seed cache holds "
+                        "instead of copying them from it (see ecosim.experiments.seed)")
     p.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[],
                    metavar="EXP.KEY=VALUE",
                    help="override an experiment's config field, e.g. "
@@ -190,7 +193,10 @@ def _cmd_figures(args) -> int:
         print(f"ecosim figures: skipping {n!r}: needs {', '.join(miss)} (`make torch`)",
               file=sys.stderr)
     names = [n for n in names if n not in skipped]
-    cache = E.Cache(args.cache)
+    from .experiments import seed as _seed
+
+    use_seed = not args.no_seed and not args.smoke and _seed.SEED_DIR.is_dir()
+    cache = E.Cache(args.cache, seed=_seed.SEED_DIR if use_seed else None)
     n_exp = len({e for n in names for e in registered[n].experiments})
     executor, label = _executor(spec)
     print(f"ecosim figures: {len(names)} figure(s) from {n_exp} experiment(s)"
@@ -222,6 +228,9 @@ def _cmd_figures(args) -> int:
           f"{fig_s:.1f} s): {report.computed} unit(s) computed, {report.cached} cached, "
           f"{sum(r.stats.shared for r in report.runs.values())} shared; "
           f"{n_files} files, {n_changed} changed")
+    if cache.seeded:
+        print(f"{cache.seeded} unit(s) copied from the shipped seed cache ({_seed.SEED_DIR}): "
+              "trained by this code on these packages and kernels; --no-seed trains them")
     return 0
 
 

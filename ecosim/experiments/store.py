@@ -135,15 +135,22 @@ class Cache:
     ``root`` defaults to ``$ECOSIM_CACHE`` or ``.ecosim_cache`` in the working directory.
     """
 
-    def __init__(self, root: str | os.PathLike | None = None):
+    def __init__(self, root: str | os.PathLike | None = None, *,
+                 seed: str | os.PathLike | None = None):
         if root is None:
             root = os.environ.get(CACHE_ENV) or DEFAULT_CACHE
         if not isinstance(root, (str, os.PathLike)) or not os.fspath(root):
             raise ValueError(f"Cache: root must be a non-empty path, got {root!r}")
+        if seed is not None and (not isinstance(seed, (str, os.PathLike))
+                                 or not Path(seed).is_dir()):
+            raise ValueError(f"Cache: seed must be an existing directory, got {seed!r}")
         self.root = Path(root)
+        self.seed = None if seed is None else Path(seed)
+        self.seeded = 0
 
     def __repr__(self) -> str:
-        return f"Cache({str(self.root)!r})"
+        seed = "" if self.seed is None else f", seed={str(self.seed)!r}"
+        return f"Cache({str(self.root)!r}{seed})"
 
     def path(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
              unit=None) -> Path:
@@ -161,41 +168,32 @@ class Cache:
         An entry is served only when its ``.json`` names the very key asked for and the
         ``.npz`` holds the content that record names (its SHA-256 and every array's name,
         shape and dtype): an entry copied over another, edited, cut short or left without its
-        record is recomputed, never served."""
+        record is recomputed, never served. Where ``root`` has no entry and the cache has a
+        ``seed`` directory holding one that passes the same checks, both files are copied
+        into ``root`` and served (counted in :attr:`seeded`)."""
         path = self.path(exp, cfg, unit)
         if not path.exists():
+            return self._from_seed(exp, cfg, unit, path)
+        results, problem = _read_entry(path, exp, cfg, unit)
+        if problem is not None:
+            print(f"ecosim: cache entry {path} {problem}; recomputing it", file=sys.stderr)
+        return results
+
+    def _from_seed(self, exp, cfg, unit, path: Path) -> Results | None:
+        if self.seed is None:
             return None
-        problem = None
-        try:
-            doc = json.loads(path.with_suffix(".json").read_text())
-            if not isinstance(doc, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, ValueError) as exc:
-            doc, problem = None, f"has no readable record ({type(exc).__name__})"
-        if doc is not None:
-            asked = exp.key_doc() if isinstance(exp, SharedUnit) else exp.key_doc(cfg, unit)
-            stored = {k: v for k, v in doc.items() if k not in ("provenance", "content")}
-            content = doc.get("content")
-            if stored != _json_image(asked):
-                problem = "is recorded under another key"
-            elif not isinstance(content, dict) or "sha256" not in content:
-                problem = "has no content record"
-        if problem is None:
-            try:
-                data = path.read_bytes()
-                if hashlib.sha256(data).hexdigest() != content["sha256"]:
-                    problem = "does not hold the content its record names"
-                else:
-                    results = _results_from_bytes(data, str(path))
-                    if _array_record(results) != content.get("arrays"):
-                        problem = "does not hold the arrays its record names"
-                    else:
-                        return results
-            except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
-                problem = (f"is unreadable ({type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})")
-        print(f"ecosim: cache entry {path} {problem}; recomputing it", file=sys.stderr)
-        return None
+        src = self.seed / path.relative_to(self.root)
+        if not src.exists():  # another key: the code, packages or platform differ
+            return None
+        results, problem = _read_entry(src, exp, cfg, unit)
+        if problem is not None:
+            print(f"ecosim: seed entry {src} {problem}; computing it", file=sys.stderr)
+            return None
+        # the record last, as save() writes it
+        atomic_write(path, src.read_bytes())
+        atomic_write(path.with_suffix(".json"), src.with_suffix(".json").read_bytes())
+        self.seeded += 1
+        return results
 
     def provenance(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
                    unit=None) -> dict[str, Any]:
@@ -228,6 +226,34 @@ class Cache:
         atomic_write(path.with_suffix(".json"),
                      (json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
         return path
+
+
+def _read_entry(path: Path, exp, cfg, unit) -> tuple[Results | None, str | None]:
+    """An entry's results and None, or None and what is wrong with it (see Cache.load)."""
+    try:
+        doc = json.loads(path.with_suffix(".json").read_text())
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        return None, f"has no readable record ({type(exc).__name__})"
+    asked = exp.key_doc() if isinstance(exp, SharedUnit) else exp.key_doc(cfg, unit)
+    stored = {k: v for k, v in doc.items() if k not in ("provenance", "content")}
+    content = doc.get("content")
+    if stored != _json_image(asked):
+        return None, "is recorded under another key"
+    if not isinstance(content, dict) or "sha256" not in content:
+        return None, "has no content record"
+    try:
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != content["sha256"]:
+            return None, "does not hold the content its record names"
+        results = _results_from_bytes(data, str(path))
+    except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+        return None, (f"is unreadable ({type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})")
+    if _array_record(results) != content.get("arrays"):
+        return None, "does not hold the arrays its record names"
+    return results, None
 
 
 def _json_image(doc: Any) -> Any:

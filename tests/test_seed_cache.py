@@ -1,0 +1,169 @@
+"""The seed cache: entries copied into the working cache only when they pass an entry's checks,
+and the shipped seed holding every unit ``make figures`` asks for (no more), as the code
+that trained it computes them.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from ecosim import experiments as E
+from ecosim.experiments import seed as S
+from ecosim.experiments.store import results_bytes
+from tests.platform_pins import pinned_platform
+from tests.test_experiments import TOY, ToyConfig
+
+
+def _seed(tmp_path):
+    """A seed of TOY's smoke units, and an empty working cache."""
+    cfg = ToyConfig().smoke()
+    clean = E.run(TOY, cfg, cache=tmp_path / "seed")
+    return cfg, clean, tmp_path / "seed", tmp_path / "work"
+
+
+def _files(root):
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_seed_entry_is_copied_and_served_without_computing(tmp_path, capsys):
+    cfg, clean, seed, work = _seed(tmp_path)
+    capsys.readouterr()
+    cache = E.Cache(work, seed=seed)
+    run = E.run(TOY, cfg, cache=cache)
+    assert run.stats.computed == 0 and cache.seeded == clean.stats.units
+    assert capsys.readouterr().err == ""
+    assert _files(work) == _files(seed)  # both files of every entry, byte for byte
+    for k in clean.results:
+        np.testing.assert_array_equal(run[k], clean[k])
+    again = E.Cache(work, seed=seed)  # now from the working cache, not the seed
+    assert E.run(TOY, cfg, cache=again).stats.computed == 0 and again.seeded == 0
+
+
+def test_without_a_seed_every_unit_is_computed(tmp_path):
+    cfg, clean, seed, work = _seed(tmp_path)
+    run = E.run(TOY, cfg, cache=E.Cache(work))
+    assert run.stats.computed == clean.stats.units
+
+
+def test_a_seed_entry_for_another_key_is_never_asked_for(tmp_path):
+    cfg, clean, seed, work = _seed(tmp_path)
+    cache = E.Cache(work, seed=seed)
+    run = E.run(TOY, cfg.override(["scale=3.0"]), cache=cache)
+    assert cache.seeded == 0 and run.stats.computed == run.stats.units
+
+
+@pytest.mark.parametrize("damage,words", [
+    ("npz_of_another_unit", "does not hold the content its record names"),
+    ("array_changed", "does not hold the content its record names"),
+    ("entry_of_another_unit", "is recorded under another key"),
+    ("record_missing", "has no readable record"),
+])
+def test_a_damaged_seed_entry_is_computed_not_copied(tmp_path, capsys, damage, words):
+    cfg, clean, seed, work = _seed(tmp_path)
+    shutil.copytree(seed, tmp_path / "seed_clean")
+    a, b, *_ = sorted((seed / "toy").glob("*.npz"))
+    if damage == "npz_of_another_unit":
+        a.write_bytes(b.read_bytes())
+    elif damage == "array_changed":
+        with np.load(a, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        arrays["err"] = arrays["err"] + 1.0
+        a.write_bytes(results_bytes(arrays))
+    elif damage == "entry_of_another_unit":
+        a.write_bytes(b.read_bytes())
+        a.with_suffix(".json").write_bytes(b.with_suffix(".json").read_bytes())
+    else:
+        a.with_suffix(".json").unlink()
+    capsys.readouterr()
+    cache = E.Cache(work, seed=seed)
+    run = E.run(TOY, cfg, cache=cache)
+    assert run.stats.computed == 1 and cache.seeded == clean.stats.units - 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"ecosim: seed entry {a} {words}")
+    assert line.endswith("; computing it")
+    for k in clean.results:
+        np.testing.assert_array_equal(run[k], clean[k])
+    # the working cache holds the clean entries: the computed one and the copied others
+    assert _files(work) == _files(tmp_path / "seed_clean")
+
+
+def test_the_seed_must_be_a_directory(tmp_path):
+    with pytest.raises(ValueError, match="seed must be an existing directory"):
+        E.Cache(tmp_path / "work", seed=tmp_path / "missing")
+
+
+# -- the shipped seed -----------------------------------------------------------------------
+
+def _shipped_paths():
+    return {p.relative_to(S.SEED_DIR) for p in S.SEED_DIR.rglob("*.npz")}
+
+
+def test_the_shipped_seed_holds_every_unit_make_figures_asks_for(tmp_path, capsys):
+    """Fails after an edit to code a language-model experiment imports (its key changed):
+    run ``make seed`` and commit ecosim/data/seed_cache with the edit."""
+    pinned_platform(torch=True)
+    assert S.SEED_DIR.is_dir(), f"{S.SEED_DIR} is missing: run `make seed`"
+    cache = E.Cache(tmp_path, seed=S.SEED_DIR)
+    entries = S.seed_entries()
+    capsys.readouterr()
+    missing = [e for e in entries if cache.load(*e) is None]
+    assert capsys.readouterr().err == ""
+    names = sorted({e[0].name for e in missing})
+    assert not missing, (f"the shipped seed cache has no entry for {len(missing)} of "
+                         f"{len(entries)} units ({', '.join(names)}): the code they import "
+                         "changed since it was trained; run `make seed` and commit "
+                         "ecosim/data/seed_cache")
+    asked = {cache.path(*e).relative_to(tmp_path) for e in entries}
+    stale = sorted(map(str, _shipped_paths() - asked))
+    assert not stale, f"the seed cache holds entries nothing asks for: {stale[:3]}; `make seed`"
+    assert cache.seeded == len(entries)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", S.SEEDED)
+def test_a_seed_unit_retrains_to_the_same_bytes(name, tmp_path):
+    """The seed is what this code computes: one unit of each experiment, trained again."""
+    pinned_platform(torch=True)
+    exp = E.get(name)
+    cfg = exp.default_config()
+    unit = exp.unit_list(cfg)[-1]
+    shared = exp.shared_unit(cfg, unit)
+    entry = (shared, None, None) if shared is not None else (exp, cfg, unit)
+    seeded = E.Cache(tmp_path / "a", seed=S.SEED_DIR).load(*entry)
+    assert seeded is not None, "the seed lacks this unit: run `make seed`"
+    if shared is not None:
+        fresh = shared.fn(**dict(shared.args))
+        fresh = {k: v for k, v in fresh.items() if k in seeded}
+    else:
+        fresh = exp.compute(cfg, unit)
+    assert results_bytes(E.as_results(fresh)) == results_bytes(seeded)
+
+
+def test_seed_entries_are_the_seeded_experiments_units_once_each():
+    entries = S.seed_entries()
+    paths = [E.Cache("x").path(*e) for e in entries]
+    assert len(paths) == len(set(paths))
+    n_units = sum(len(E.get(n).unit_list(E.get(n).default_config())) for n in S.SEEDED)
+    assert 0 < len(entries) <= n_units  # units several experiments share counted once
+
+
+def test_make_seed_replaces_the_directory_only_when_done(tmp_path, monkeypatch):
+    out = tmp_path / "seed"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+
+    def boom(*a, **k):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(S, "run_many", boom)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        S.make_seed(out, jobs=1, names=(TOY,))
+    assert (out / "old.txt").read_text() == "old"
+    monkeypatch.undo()
+    n = S.make_seed(out, jobs=1, names=(TOY,))
+    assert not (out / "old.txt").exists() and n == len(list(out.rglob("*.npz"))) > 0
+    json.loads(next(out.rglob("*.json")).read_text())
+    shutil.rmtree(out)
