@@ -38,7 +38,6 @@ def test_torch_func_grad_runs_on_a_stored_model():
     assert torch.equal(g["0.bias"], torch.full((3,), 2.0))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27 finding 4: .to(bfloat16) breaks Conv2d")
 def test_to_bfloat16_moves_a_stored_conv2d():
     m = _model(nn.Conv2d(3, 8, 3))
     m.to(torch.bfloat16)

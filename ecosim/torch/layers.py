@@ -34,7 +34,7 @@ import copy
 import torch
 from torch import nn
 
-from .nn import QuantizedLinear, _start_weight
+from .nn import QuantizedLinear, _cast, _start_weight
 from .quantizer import Quantizer
 
 __all__ = ["QuantizedConv", "QuantizedConv1D", "QuantizedMultiheadAttention", "store_module",
@@ -46,11 +46,16 @@ _MHA_WEIGHTS = (("in_proj_weight", "in_proj"), ("q_proj_weight", "q_proj"),
 
 
 class _Decoded(torch.autograd.Function):
-    """The stored weights of ``layer`` as a tensor; its gradient goes to the layer's slot."""
+    """The stored weights of ``layer`` in the slot's dtype; the gradient goes to the slot.
+
+    The slot's dtype is the module's: after ``model.to(torch.bfloat16)`` the codes and scales
+    are unchanged (the layer decodes in float32) and the decoded weights are cast to bfloat16,
+    as the plain module's converted weight is, so the layer's own forward sees one dtype.
+    """
 
     @staticmethod
     def forward(ctx, slot, layer):
-        return layer.read()
+        return _cast(layer.read(), slot.dtype)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -72,6 +77,10 @@ def _skeleton(mod: nn.Module) -> nn.Module:
 
 
 def _param(value: torch.Tensor, like: torch.Tensor | None) -> nn.Parameter:
+    """A new parameter holding ``value`` in ``like``'s dtype (a stored weight's slot: the
+    module's dtype, e.g. bfloat16 after ``.to(torch.bfloat16)``) and requires_grad."""
+    if like is not None:
+        value = _cast(value.detach(), like.dtype)
     return nn.Parameter(value.detach().clone(),
                         requires_grad=like.requires_grad if like is not None else True)
 
