@@ -34,7 +34,7 @@ import copy
 import torch
 from torch import nn
 
-from .nn import QuantizedLinear, _cast, _start_weight
+from .nn import QuantizedLinear, _cast, _holds, _start_weight
 from .quantizer import Quantizer
 
 __all__ = ["QuantizedConv", "QuantizedConv1D", "QuantizedMultiheadAttention", "store_module",
@@ -53,9 +53,15 @@ class _Decoded(torch.autograd.Function):
     as the plain module's converted weight is, so the layer's own forward sees one dtype.
     """
 
+    generate_vmap_rule = True  # torch.func.vmap: the decoded weights are shared, not batched
+
     @staticmethod
-    def forward(ctx, slot, layer):
+    def forward(slot, layer):
         return _cast(layer.read(), slot.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -64,7 +70,10 @@ class _Decoded(torch.autograd.Function):
 
 
 def _decoded(layer: QuantizedLinear) -> torch.Tensor:
-    return _Decoded.apply(layer.weight, layer)
+    """The decoded weights of ``layer``, or the weight torch.func.functional_call put in
+    place of its slot."""
+    w = layer.weight
+    return _Decoded.apply(w, layer) if _holds(layer, w) else w
 
 
 def _skeleton(mod: nn.Module) -> nn.Module:

@@ -202,26 +202,34 @@ class _StoredLinear(torch.autograd.Function):
     ``F.linear``.
     """
 
+    # forward without ctx plus setup_context: what torch.func (grad, vmap) requires; the
+    # ops are per-example safe (the codes are shared), so vmap's rule is generated
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, x, slot, bias, layer):
+    def forward(x, slot, bias, layer):
         dev = x.device.type
         codes, scales = layer.codes, layer.scales
         if torch.is_autocast_enabled(dev):
             cdt = torch.get_autocast_dtype(dev)
             with torch.autocast(dev, enabled=False):
                 w = layer._decode(codes, scales).to(cdt)
-                xc = x.to(cdt)
-                y = F.linear(xc, w, bias.to(cdt) if bias is not None else None)
-        else:
-            # no autocast: the same F.linear, without a context or casts (cheaper on small layers)
-            cdt, xc = x.dtype, x
-            y = F.linear(x, _cast(layer._decode(codes, scales), cdt), _cast(bias, cdt))
+                return F.linear(x.to(cdt), w, bias.to(cdt) if bias is not None else None)
+        # no autocast: the same F.linear, without a context or casts (cheaper on small layers)
+        return F.linear(x, _cast(layer._decode(codes, scales), x.dtype), _cast(bias, x.dtype))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, slot, bias, layer = inputs
+        dev = x.device.type
+        cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
         ctx.layer, ctx.cdt, ctx.x_dtype = layer, cdt, x.dtype
         # the gradients' dtypes (slot.dtype in backward would go through __torch_function__)
         ctx.w_dtype, ctx.b_dtype = slot.dtype, None if bias is None else bias.dtype
-        # x itself when no cast happened: torch.compile refuses saving an alias of an input
-        ctx.save_for_backward(x if xc.dtype == x.dtype else xc, codes, scales)
-        return y
+        # x itself when no cast happens: torch.compile refuses saving an alias of an input
+        with torch.autocast(dev, enabled=False):
+            xc = x if cdt == x.dtype else x.to(cdt)
+        ctx.save_for_backward(xc, layer.codes, layer.scales)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -239,6 +247,17 @@ class _StoredLinear(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             db = _cast(g.sum(0), ctx.b_dtype)
         return dx, dw, db, None
+
+
+def _holds(layer, w) -> bool:
+    """Whether ``w`` is ``layer``'s own slot (or a detached alias of it), also as torch.func
+    wraps it; anything else is a weight substituted for the slot (``functional_call``)."""
+    if torch.compiler.is_compiling():  # traced code: a slot's link to its layer is opaque
+        return isinstance(w, GradSlot)
+    fx = torch._C._functorch
+    while fx.is_functorch_wrapped_tensor(w):
+        w = fx.get_unwrapped(w)
+    return stored(w) is layer
 
 
 def _cast(t, dtype):
@@ -421,7 +440,10 @@ class QuantizedLinear(nn.Module):
 
     # -- nn.Module --------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _StoredLinear.apply(x, self.weight, self.bias, self)
+        w = self.weight
+        if not _holds(self, w):  # torch.func.functional_call substituted the weight: use it
+            return F.linear(x, w, self.bias)
+        return _StoredLinear.apply(x, w, self.bias, self)
 
     def extra_repr(self) -> str:
         q = self.quantizer
