@@ -1,4 +1,5 @@
-"""Stored modules inside ordinary PyTorch loops: torch.func and dtype moves (issue 27).
+"""Stored modules inside ordinary PyTorch loops: torch.func, dtype moves, bf16/fp16 models
+and models on the meta device (issue 27).
 
 Reproducers of open defects are strict xfails: each turns into a failure (XPASS) the
 moment its fix lands, so the marker must then be removed.
@@ -114,3 +115,30 @@ def test_torch_func_vmap_equals_a_loop(make, shape):
     y = torch.func.vmap(m)(xs)
     assert torch.equal(y, torch.func.vmap(plain)(xs))
     torch.testing.assert_close(y, torch.stack([m(x) for x in xs]))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@_LAYERS
+def test_a_half_precision_model_quantizes_from_its_own_values(make, shape, dtype):
+    """A bf16/fp16 model quantizes: the codes are those of its weights converted exactly to
+    float32, and the model keeps its dtype (forward and gradients in it)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(make()).to(dtype)
+    ref = copy.deepcopy(m).float()
+    q = Quantizer("e4m3", granularity="row")
+    quantize_model(m, q, key=3)
+    quantize_model(ref, q, key=3)
+    sd, sr = m.state_dict(), ref.state_dict()
+    codes = [k for k in sr if k.endswith("codes")]
+    assert codes and all(torch.equal(sd[k], sr[k]) and torch.equal(sd[k.replace(
+        "codes", "scales")], sr[k.replace("codes", "scales")]) for k in codes)
+    assert {p.dtype for p in m.parameters()} == {dtype}
+    y = m(torch.randn(shape, dtype=dtype))
+    y.float().sum().backward()
+    assert y.dtype == dtype and all(p.grad.dtype == dtype for p in m.parameters())
+
+
+def test_a_meta_device_model_is_refused_saying_what_to_do():
+    m = nn.Sequential(nn.Linear(4, 3, device="meta"))
+    with pytest.raises(ValueError, match=r"meta device.*to_empty.*then quantize"):
+        quantize_model(m, Quantizer("e4m3", granularity="row"))

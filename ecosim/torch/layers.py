@@ -118,9 +118,10 @@ class _StoredModule(QuantizedLinear):
 
     def __init__(self, module: nn.Module, quantizer: Quantizer, in_out: tuple[int, int], *,
                  name: str, **layout):
-        w = module.weight
+        w = module.weight  # a bf16/fp16 module's layer decodes in float32 (see _take)
         super().__init__(*in_out, quantizer, bias=module.bias is not None, name=name,
-                         dtype=w.dtype, device=w.device, **layout)
+                         dtype=torch.float32 if w.dtype in (torch.bfloat16, torch.float16)
+                         else w.dtype, device=w.device, **layout)
         self.__dict__["_ecosim_skeleton"] = _skeleton(module)
 
     @classmethod

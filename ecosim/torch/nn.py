@@ -179,12 +179,23 @@ def _typed(raw: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     return raw.view(dtype)
 
 
+_HALF = (torch.bfloat16, torch.float16)
+
+
 def _start_weight(w: torch.Tensor, name: str) -> torch.Tensor:
-    """``w`` detached, checked to be finite float32/float64 (what a stored layer starts from)."""
+    """``w`` detached, checked to be finite and floating (what a stored layer starts from);
+    bfloat16/float16 weights are converted (exactly) to float32, the dtype the layer decodes
+    in, so they are rounded from their own values."""
     w = w.detach()
+    if w.is_meta:
+        raise ValueError(f"{name!r} is on the meta device (no values to store); materialise "
+                         "the model first (model.to_empty(device=...) and initialise or load "
+                         "its weights), then quantize it")
+    if w.dtype in _HALF:
+        w = w.float()
     if w.dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"{name!r} is {w.dtype}; stored weights start from float32 or "
-                        "float64 weights")
+        raise TypeError(f"{name!r} is {w.dtype}; stored weights start from float32, float64, "
+                        "bfloat16 or float16 weights")
     if not bool(torch.isfinite(w).all()):
         raise ValueError(f"{name!r} has non-finite values")
     return w
@@ -358,6 +369,8 @@ class QuantizedLinear(nn.Module):
         """Store ``q(weight)`` (the optimizers' initial write), keep ``weight`` as ``W_0`` and
         copy ``bias``; returns self."""
         w = weight.detach()
+        if w.dtype in _HALF:  # decoded in float32; the module keeps its dtype (below)
+            w = w.float()
         self.write(w, key=rng.fold_in(rng.as_key(key), "init", self.name)
                    if self.quantizer.mode == "sr" else None)
         self._initial = w  # W_0 for a master copy, e_0 or c_0 (see pop_initial); not copied
@@ -366,6 +379,8 @@ class QuantizedLinear(nn.Module):
                 self.bias.copy_(bias)
             self.bias.requires_grad_(bias.requires_grad)
         self.weight.requires_grad_(weight.requires_grad)
+        if weight.dtype in _HALF:  # a bf16/fp16 module: as model.to(dtype) after quantizing
+            self.to(weight.dtype)
         return self
 
     # -- storage ----------------------------------------------------------------------------
