@@ -461,3 +461,24 @@ def test_transformers_causal_lm_end_to_end(kind, n_stored):
     fresh.eval()
     with torch.no_grad():
         assert torch.equal(fresh(input_ids=ids).logits, logits)
+
+
+def test_save_pretrained_of_a_stored_gpt2_reloads_with_equal_outputs(tmp_path):
+    """ecosim.torch.save_pretrained writes a stored GPT-2 as plain weights that
+    from_pretrained reloads with the same logits; the stored model is unchanged and its own
+    save_pretrained is refused (it would write codes from_pretrained loads as random)."""
+    model = _causal_lm("gpt2")
+    transformers = pytest.importorskip("transformers")
+    et.quantize_model(model, Q, key=2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    idx = torch.randint(0, 64, (2, 12))
+    et.save_pretrained(model, tmp_path / "plain")
+    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "plain")
+    with torch.no_grad():
+        assert torch.equal(back(idx).logits, model(idx).logits)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    with pytest.raises(TypeError, match=r"stored as codes.*ecosim.torch.save_pretrained"):
+        model.save_pretrained(tmp_path / "raw")
+    assert not (tmp_path / "raw").exists()
+    with pytest.raises(TypeError, match="transformers model"):
+        et.save_pretrained(nn.Sequential(nn.Linear(2, 2)), tmp_path / "seq")
