@@ -378,6 +378,42 @@ def test_to_float64_converts_read_and_scales():
     assert torch.equal(layer.read(), r32) and layer.scales.dtype == torch.float32
 
 
+@pytest.mark.parametrize("make,shape", [
+    (lambda: nn.Linear(5, 4), (2, 5)),
+    (lambda: nn.Conv2d(3, 4, 3, padding=1), (2, 3, 6, 6)),
+    (lambda: nn.Conv1d(3, 4, 3), (2, 3, 7)),
+    (lambda: Conv1D(6, 5), (2, 3, 5)),
+    (lambda: nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True), (2, 3, 8)),
+], ids=["Linear", "Conv2d", "Conv1d", "Conv1D", "MultiheadAttention"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_to_dtype_moves_every_stored_layer_type(make, shape, dtype):
+    """After quantize_model, model.to(dtype) leaves codes and scales as they are and every
+    stored layer type runs forward and backward in that dtype, equal bit for bit to the plain
+    model holding the dequantized weights converted the same way; .float() moves it back.
+    (float64 decodes in float64: test_to_float64_converts_read_and_scales.)"""
+    torch.manual_seed(0)
+    model = nn.Sequential(make())
+    et.quantize_model(model, Q, key=4)
+    plain = et.unstore_weights(copy.deepcopy(model)).to(dtype)
+    bufs = {k: v.clone() for k, v in model.state_dict().items() if k.endswith(("codes",
+                                                                               "scales"))}
+    model.to(dtype)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in bufs.items())
+    x = torch.randn(shape, dtype=dtype)
+    y1, (dx1,) = _fwd_bwd(model, x)
+    y2, (dx2,) = _fwd_bwd(plain, x)
+    assert y1.dtype == dx1.dtype == dtype
+    assert torch.equal(y1, y2) and torch.equal(dx1, dx2)
+    g1, g2 = _grads(model), _grads(plain)
+    assert g1.keys() == g2.keys()
+    for k in g1:
+        assert g1[k].dtype == dtype and torch.equal(g1[k], g2[k]), k
+    back = et.unstore_weights(copy.deepcopy(model))  # the plain model, in the module's dtype
+    assert all(p.dtype == dtype for p in back.parameters())
+    model.float()
+    assert model(x.float()).dtype == torch.float32
+
+
 # -- transformers models built from configs (no download) ----------------------------------------
 
 def _causal_lm(kind):
@@ -425,3 +461,24 @@ def test_transformers_causal_lm_end_to_end(kind, n_stored):
     fresh.eval()
     with torch.no_grad():
         assert torch.equal(fresh(input_ids=ids).logits, logits)
+
+
+def test_save_pretrained_of_a_stored_gpt2_reloads_with_equal_outputs(tmp_path):
+    """ecosim.torch.save_pretrained writes a stored GPT-2 as plain weights that
+    from_pretrained reloads with the same logits; the stored model is unchanged and its own
+    save_pretrained is refused (it would write codes from_pretrained loads as random)."""
+    model = _causal_lm("gpt2")
+    transformers = pytest.importorskip("transformers")
+    et.quantize_model(model, Q, key=2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    idx = torch.randint(0, 64, (2, 12))
+    et.save_pretrained(model, tmp_path / "plain")
+    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "plain")
+    with torch.no_grad():
+        assert torch.equal(back(idx).logits, model(idx).logits)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    with pytest.raises(TypeError, match=r"stored as codes.*ecosim.torch.save_pretrained"):
+        model.save_pretrained(tmp_path / "raw")
+    assert not (tmp_path / "raw").exists()
+    with pytest.raises(TypeError, match="transformers model"):
+        et.save_pretrained(nn.Sequential(nn.Linear(2, 2)), tmp_path / "seq")

@@ -39,6 +39,8 @@ Public names:
     quantize_model, QuantizeReport, unstore_weights, ema_update: one call to store a model's
         weight matrices with a report and the optimizer's parameter groups; back to a plain
         model; EMA of stored weights (:mod:`ecosim.torch.models`).
+    save_pretrained: a stored transformers model saved as plain weights ``from_pretrained``
+        reads (the model's own ``save_pretrained`` is refused once stored).
     data_parallel: ``DistributedDataParallel`` for models with stored weights.
     measured_memory, MeasuredMemory: bytes actually held by a model and its optimizer.
 """
@@ -64,7 +66,8 @@ from .layers import (
     QuantizedMultiheadAttention,
     store_module,
 )
-from .models import QuantizeReport, ema_update, quantize_model, unstore_weights
+from .models import (QuantizeReport, ema_update, quantize_model, save_pretrained,
+                     unstore_weights)
 from .dqt import DQTAdamW, dqt_quantizers
 from .optim import ECOAdamW, ECOSGD
 from .quantizer import Encoded, Quantizer
@@ -75,4 +78,5 @@ __all__ = ["DQTAdamW", "ECOAdamW", "ECOSGD", "Encoded", "GradSlot", "MODES", "Me
            "QuantizeReport", "QuantizedConv", "QuantizedConv1D", "QuantizedLinear",
            "QuantizedMultiheadAttention", "Quantizer", "data_parallel", "dqt_quantizers",
            "ema_update", "fold_in", "measured_memory", "quantize", "quantize_model", "random_bits",
-           "split_key", "store_module", "store_weights", "stored", "unstore_weights"]
+           "save_pretrained", "split_key", "store_module", "store_weights", "stored",
+           "unstore_weights"]

@@ -34,7 +34,7 @@ import copy
 import torch
 from torch import nn
 
-from .nn import QuantizedLinear, _start_weight
+from .nn import QuantizedLinear, _cast, _holds, _start_weight
 from .quantizer import Quantizer
 
 __all__ = ["QuantizedConv", "QuantizedConv1D", "QuantizedMultiheadAttention", "store_module",
@@ -46,11 +46,22 @@ _MHA_WEIGHTS = (("in_proj_weight", "in_proj"), ("q_proj_weight", "q_proj"),
 
 
 class _Decoded(torch.autograd.Function):
-    """The stored weights of ``layer`` as a tensor; its gradient goes to the layer's slot."""
+    """The stored weights of ``layer`` in the slot's dtype; the gradient goes to the slot.
+
+    The slot's dtype is the module's: after ``model.to(torch.bfloat16)`` the codes and scales
+    are unchanged (the layer decodes in float32) and the decoded weights are cast to bfloat16,
+    as the plain module's converted weight is, so the layer's own forward sees one dtype.
+    """
+
+    generate_vmap_rule = True  # torch.func.vmap: the decoded weights are shared, not batched
 
     @staticmethod
-    def forward(ctx, slot, layer):
-        return layer.read()
+    def forward(slot, layer):
+        return _cast(layer.read(), slot.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -59,7 +70,10 @@ class _Decoded(torch.autograd.Function):
 
 
 def _decoded(layer: QuantizedLinear) -> torch.Tensor:
-    return _Decoded.apply(layer.weight, layer)
+    """The decoded weights of ``layer``, or the weight torch.func.functional_call put in
+    place of its slot."""
+    w = layer.weight
+    return _Decoded.apply(w, layer) if _holds(layer, w) else w
 
 
 def _skeleton(mod: nn.Module) -> nn.Module:
@@ -72,6 +86,10 @@ def _skeleton(mod: nn.Module) -> nn.Module:
 
 
 def _param(value: torch.Tensor, like: torch.Tensor | None) -> nn.Parameter:
+    """A new parameter holding ``value`` in ``like``'s dtype (a stored weight's slot: the
+    module's dtype, e.g. bfloat16 after ``.to(torch.bfloat16)``) and requires_grad."""
+    if like is not None:
+        value = _cast(value.detach(), like.dtype)
     return nn.Parameter(value.detach().clone(),
                         requires_grad=like.requires_grad if like is not None else True)
 
@@ -100,9 +118,10 @@ class _StoredModule(QuantizedLinear):
 
     def __init__(self, module: nn.Module, quantizer: Quantizer, in_out: tuple[int, int], *,
                  name: str, **layout):
-        w = module.weight
+        w = module.weight  # a bf16/fp16 module's layer decodes in float32 (see _take)
         super().__init__(*in_out, quantizer, bias=module.bias is not None, name=name,
-                         dtype=w.dtype, device=w.device, **layout)
+                         dtype=torch.float32 if w.dtype in (torch.bfloat16, torch.float16)
+                         else w.dtype, device=w.device, **layout)
         self.__dict__["_ecosim_skeleton"] = _skeleton(module)
 
     @classmethod

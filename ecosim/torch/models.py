@@ -7,6 +7,9 @@
   saying what it stored and the optimizer's parameter groups.
 * :func:`unstore_weights` puts the plain modules back with the current weights: the result's
   ``state_dict`` loads into the original architecture.
+* :func:`save_pretrained` saves a stored transformers model as those plain weights, which
+  ``from_pretrained`` reloads; the model's own ``save_pretrained`` is refused once
+  :func:`quantize_model` stored it (it would write codes that ``from_pretrained`` ignores).
 * :func:`ema_update` keeps an exponential moving average of a model with stored weights (torch's
   ``AveragedModel`` writes into the stored weight's slot in place, which the slot refuses with
   a TypeError naming this function).
@@ -22,6 +25,7 @@ Example (a small convolutional network; every convolution and the linear head st
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fnmatch
 from collections import Counter
@@ -145,6 +149,8 @@ def quantize_model(model: nn.Module, quantizer: Quantizer, *, key=0, skip=None
     weights = {n: [w for _, _, w in _weights_of(m)] for n, m in chosen}
     stored_params = sum(w.numel() for n in keep for w in weights[n])
     names = store_weights(model, quantizer, key=key, predicate=lambda n, m: n in keep)
+    if callable(getattr(model, "save_pretrained", None)):  # a transformers model
+        model.__dict__["save_pretrained"] = _refuse_save_pretrained
     return QuantizeReport(tuple(names), n_matrices, stored_params,
                           sum(p.numel() for p in params.values()), skipped, model)
 
@@ -165,6 +171,33 @@ def unstore_weights(model: nn.Module) -> nn.Module:
             if child is not None and _is_stored_module(child):
                 parent._modules[child_name] = child.to_plain()
     return model
+
+
+def save_pretrained(model: nn.Module, save_directory, **kwargs) -> None:
+    """Save a stored transformers model so that ``from_pretrained`` reloads it.
+
+    Writes the plain twin (:func:`unstore_weights` of a deep copy: the current weights,
+    dequantized, in the original module types and parameter names) with its own
+    ``save_pretrained(save_directory, **kwargs)``; ``model`` is not modified. The reloaded
+    model is a plain one: quantize it again to go on training with stored weights. (To resume
+    the stored state itself, codes and scales, save ``model.state_dict()`` with
+    ``torch.save`` and load it into a model quantized the same way.) ``model.save_pretrained``
+    of a model :func:`quantize_model` stored is refused: it would write codes and scales,
+    which ``from_pretrained`` does not read (it initialises those weights at random).
+    """
+    if not callable(getattr(type(model), "save_pretrained", None)):
+        raise TypeError(f"save_pretrained takes a transformers model (with a save_pretrained "
+                        f"method), got {type(model).__name__}; for other models save "
+                        "unstore_weights(copy.deepcopy(model)).state_dict()")
+    plain = unstore_weights(copy.deepcopy(model))
+    plain.__dict__.pop("save_pretrained", None)
+    plain.save_pretrained(save_directory, **kwargs)
+
+
+def _refuse_save_pretrained(*args, **kwargs):
+    raise TypeError("this model's weights are stored as codes by ecosim.torch.quantize_model, "
+                    "which from_pretrained would load as random weights; save it with "
+                    "ecosim.torch.save_pretrained(model, directory) (plain weights)")
 
 
 def _is_stored_module(mod) -> bool:

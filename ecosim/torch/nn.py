@@ -179,12 +179,23 @@ def _typed(raw: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     return raw.view(dtype)
 
 
+_HALF = (torch.bfloat16, torch.float16)
+
+
 def _start_weight(w: torch.Tensor, name: str) -> torch.Tensor:
-    """``w`` detached, checked to be finite float32/float64 (what a stored layer starts from)."""
+    """``w`` detached, checked to be finite and floating (what a stored layer starts from);
+    bfloat16/float16 weights are converted (exactly) to float32, the dtype the layer decodes
+    in, so they are rounded from their own values."""
     w = w.detach()
+    if w.is_meta:
+        raise ValueError(f"{name!r} is on the meta device (no values to store); materialise "
+                         "the model first (model.to_empty(device=...) and initialise or load "
+                         "its weights), then quantize it")
+    if w.dtype in _HALF:
+        w = w.float()
     if w.dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"{name!r} is {w.dtype}; stored weights start from float32 or "
-                        "float64 weights")
+        raise TypeError(f"{name!r} is {w.dtype}; stored weights start from float32, float64, "
+                        "bfloat16 or float16 weights")
     if not bool(torch.isfinite(w).all()):
         raise ValueError(f"{name!r} has non-finite values")
     return w
@@ -202,26 +213,34 @@ class _StoredLinear(torch.autograd.Function):
     ``F.linear``.
     """
 
+    # forward without ctx plus setup_context: what torch.func (grad, vmap) requires; the
+    # ops are per-example safe (the codes are shared), so vmap's rule is generated
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, x, slot, bias, layer):
+    def forward(x, slot, bias, layer):
         dev = x.device.type
         codes, scales = layer.codes, layer.scales
         if torch.is_autocast_enabled(dev):
             cdt = torch.get_autocast_dtype(dev)
             with torch.autocast(dev, enabled=False):
                 w = layer._decode(codes, scales).to(cdt)
-                xc = x.to(cdt)
-                y = F.linear(xc, w, bias.to(cdt) if bias is not None else None)
-        else:
-            # no autocast: the same F.linear, without a context or casts (cheaper on small layers)
-            cdt, xc = x.dtype, x
-            y = F.linear(x, _cast(layer._decode(codes, scales), cdt), _cast(bias, cdt))
+                return F.linear(x.to(cdt), w, bias.to(cdt) if bias is not None else None)
+        # no autocast: the same F.linear, without a context or casts (cheaper on small layers)
+        return F.linear(x, _cast(layer._decode(codes, scales), x.dtype), _cast(bias, x.dtype))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, slot, bias, layer = inputs
+        dev = x.device.type
+        cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
         ctx.layer, ctx.cdt, ctx.x_dtype = layer, cdt, x.dtype
         # the gradients' dtypes (slot.dtype in backward would go through __torch_function__)
         ctx.w_dtype, ctx.b_dtype = slot.dtype, None if bias is None else bias.dtype
-        # x itself when no cast happened: torch.compile refuses saving an alias of an input
-        ctx.save_for_backward(x if xc.dtype == x.dtype else xc, codes, scales)
-        return y
+        # x itself when no cast happens: torch.compile refuses saving an alias of an input
+        with torch.autocast(dev, enabled=False):
+            xc = x if cdt == x.dtype else x.to(cdt)
+        ctx.save_for_backward(xc, layer.codes, layer.scales)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -239,6 +258,17 @@ class _StoredLinear(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             db = _cast(g.sum(0), ctx.b_dtype)
         return dx, dw, db, None
+
+
+def _holds(layer, w) -> bool:
+    """Whether ``w`` is ``layer``'s own slot (or a detached alias of it), also as torch.func
+    wraps it; anything else is a weight substituted for the slot (``functional_call``)."""
+    if torch.compiler.is_compiling():  # traced code: a slot's link to its layer is opaque
+        return isinstance(w, GradSlot)
+    fx = torch._C._functorch
+    while fx.is_functorch_wrapped_tensor(w):
+        w = fx.get_unwrapped(w)
+    return stored(w) is layer
 
 
 def _cast(t, dtype):
@@ -339,6 +369,8 @@ class QuantizedLinear(nn.Module):
         """Store ``q(weight)`` (the optimizers' initial write), keep ``weight`` as ``W_0`` and
         copy ``bias``; returns self."""
         w = weight.detach()
+        if w.dtype in _HALF:  # decoded in float32; the module keeps its dtype (below)
+            w = w.float()
         self.write(w, key=rng.fold_in(rng.as_key(key), "init", self.name)
                    if self.quantizer.mode == "sr" else None)
         self._initial = w  # W_0 for a master copy, e_0 or c_0 (see pop_initial); not copied
@@ -347,6 +379,8 @@ class QuantizedLinear(nn.Module):
                 self.bias.copy_(bias)
             self.bias.requires_grad_(bias.requires_grad)
         self.weight.requires_grad_(weight.requires_grad)
+        if weight.dtype in _HALF:  # a bf16/fp16 module: as model.to(dtype) after quantizing
+            self.to(weight.dtype)
         return self
 
     # -- storage ----------------------------------------------------------------------------
@@ -421,7 +455,10 @@ class QuantizedLinear(nn.Module):
 
     # -- nn.Module --------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _StoredLinear.apply(x, self.weight, self.bias, self)
+        w = self.weight
+        if not _holds(self, w):  # torch.func.functional_call substituted the weight: use it
+            return F.linear(x, w, self.bias)
+        return _StoredLinear.apply(x, w, self.bias, self)
 
     def extra_repr(self) -> str:
         q = self.quantizer

@@ -84,9 +84,15 @@ class _ReadStored(torch.autograd.Function):
     """``layer.read()`` as a function of the slot: the values of the stored weights forward,
     the incoming gradient passed to the slot backward."""
 
+    generate_vmap_rule = True  # torch.func.vmap: the values are shared, not batched
+
     @staticmethod
-    def forward(ctx, slot, layer):
+    def forward(slot, layer):
         return layer.read()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
 
     @staticmethod
     def backward(ctx, grad):
