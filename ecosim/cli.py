@@ -19,6 +19,7 @@ cached: rerun to resume).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -66,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "sidecar with the resolved configs and versions.")
     p.add_argument("--only", nargs="+", metavar="NAME", default=None,
                    help="build only these figures")
-    p.add_argument("--out", metavar="DIR", default="figures",
-                   help="output directory (default: figures)")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="output directory (default: figures; --smoke needs one: figures/ "
+                        "holds the committed figures)")
     p.add_argument("--no-seed", action="store_true",
                    help="train the language-model units the shipped seed cache holds "
                         "instead of copying them from it (see ecosim.experiments.seed)")
@@ -193,10 +195,17 @@ def _cmd_figures(args) -> int:
         print(f"ecosim figures: skipping {n!r}: needs {', '.join(miss)} (`make torch`)",
               file=sys.stderr)
     names = [n for n in names if n not in skipped]
+    if args.out is None:
+        if args.smoke:
+            raise _UsageError("--smoke writes shrunken figures: give --out DIR (the default, "
+                              "figures/, holds the committed ones)")
+        args.out = "figures"
+    _check_dir(args.out, "--out")
     from .experiments import seed as _seed
 
     use_seed = not args.no_seed and not args.smoke and _seed.SEED_DIR.is_dir()
-    cache = E.Cache(args.cache, seed=_seed.SEED_DIR if use_seed else None)
+    cache = _open_cache(args, {e for n in names for e in registered[n].experiments},
+                        seed=_seed.SEED_DIR if use_seed else None)
     n_exp = len({e for n in names for e in registered[n].experiments})
     executor, label = _executor(spec)
     print(f"ecosim figures: {len(names)} figure(s) from {n_exp} experiment(s)"
@@ -276,6 +285,33 @@ def _figure_configs(args, needed: set[str]) -> dict:
     return configs
 
 
+def _check_dir(path, what: str) -> None:
+    """A directory the command will write into: absent (it is made) or a writable folder."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise _UsageError(f"{what} {path}: is a file; expected a directory")
+    if p.is_dir() and not os.access(p, os.W_OK | os.X_OK):
+        raise _UsageError(f"{what} {path}: directory is not writable")
+
+
+def _open_cache(args, experiments: set[str], seed=None):
+    """The cache the command writes, its folder (and those of ``experiments`` in it) checked
+    before any work."""
+    from . import experiments as E
+    from .experiments.store import CACHE_ENV
+
+    what = "--cache" if args.cache is not None else (
+        f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the cache")
+    try:
+        cache = E.Cache(args.cache, seed=seed)
+    except ValueError as exc:
+        raise _UsageError(f"{what}: {exc}") from None
+    _check_dir(cache.root, what)
+    for name in sorted(experiments):
+        _check_dir(cache.root / name, f"{what} (folder of {name!r})")
+    return cache
+
+
 def _cmd_list(args) -> int:
     from . import experiments as E
     from . import figures as F
@@ -309,7 +345,14 @@ def _cmd_run(args) -> int:
         cfg = exp.default_config(smoke=args.smoke).override(args.overrides)
     except E.ConfigError as exc:
         raise _UsageError(str(exc)) from None
-    cache = E.Cache(args.cache)
+    cache = _open_cache(args, {exp.name})
+    if args.save:
+        save = Path(args.save)
+        if save.is_dir():
+            raise _UsageError(f"--save {args.save}: is a directory; give a file name ending "
+                              "in .npz")
+        if not save.parent.is_dir():
+            raise _UsageError(f"--save {args.save}: directory {save.parent} does not exist")
     t0 = time.perf_counter()
     executor, label = _executor(spec)
     print(f"ecosim run {exp.name} (version {exp.version}) [executor={label}]: {cfg!r}",

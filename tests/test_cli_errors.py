@@ -64,6 +64,65 @@ def test_figures_set_out_of_range_is_one_line_exit_2(capsys, tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_figures_smoke_needs_an_out_directory(capsys, tmp_path, monkeypatch):
+    """The default --out is figures/, which holds the committed figures: a smoke build must
+    not overwrite them."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["figures", "--smoke", "--only", "grids", "--cache", "c", "--no-progress"]) == 2
+    line = _one_line_error(capsys, "ecosim figures: error: ")
+    assert "--smoke writes shrunken figures: give --out DIR" in line
+    assert not (tmp_path / "figures").exists() and not (tmp_path / "c").exists()
+
+
+def _file(tmp_path):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    return f
+
+
+@pytest.mark.parametrize("case, words", [
+    ("cache_is_file", "--cache {f}: is a file; expected a directory"),
+    ("env_cache_is_file", "$ECOSIM_CACHE {f}: is a file; expected a directory"),
+    ("cache_empty", "--cache: Cache: root must be a non-empty path, got ''"),
+    ("experiment_folder_is_file", "folder of 'grids'"),
+    ("out_is_file", "--out {f}: is a file; expected a directory"),
+])
+def test_figures_bad_paths_are_one_line_exit_2_before_work(capsys, tmp_path, monkeypatch,
+                                                           case, words):
+    f = _file(tmp_path)
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    argv = ["figures", "--smoke", "--only", "grids", "--no-progress"]
+    if case == "cache_is_file":
+        argv += ["--cache", str(f), "--out", str(out)]
+    elif case == "env_cache_is_file":
+        monkeypatch.setenv("ECOSIM_CACHE", str(f))
+        argv += ["--out", str(out)]
+    elif case == "cache_empty":
+        argv += ["--cache", "", "--out", str(out)]
+    elif case == "experiment_folder_is_file":
+        cache.mkdir()
+        (cache / "grids").write_text("x")
+        argv += ["--cache", str(cache), "--out", str(out)]
+    else:
+        argv += ["--cache", str(cache), "--out", str(f)]
+    assert main(argv) == 2
+    line = _one_line_error(capsys, "ecosim figures: error: ")
+    assert words.format(f=f) in line
+    assert not out.exists()
+
+
+def test_run_bad_save_and_cache_paths_are_one_line_exit_2(capsys, tmp_path):
+    f = _file(tmp_path)
+    for argv, words in [
+            (["--save", str(tmp_path)], "is a directory; give a file name ending in .npz"),
+            (["--save", str(tmp_path / "no" / "such" / "x.npz")], "does not exist"),
+            (["--cache", str(f)], "is a file; expected a directory")]:
+        cache = [] if "--cache" in argv else ["--cache", str(tmp_path / "cache")]
+        assert main(["run", "grids", "--smoke", "--no-progress", *cache, *argv]) == 2
+        assert words in _one_line_error(capsys, "ecosim run: error: ")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "no").exists()
+
+
 def test_stability_limit_is_checked_before_running(capsys, tmp_path):
     assert main(["run", "floor", "--set", "lrs=10", "--cache", str(tmp_path)]) == 2
     assert "unstable at beta=0.5" in _one_line_error(capsys, "ecosim run: error: ")

@@ -64,7 +64,9 @@ def make_seed(out: str | Path = SEED_DIR, *, jobs: int = 2, names=SEEDED,
     Returns the number of entries written. ``out`` is replaced only once every unit has
     trained, so an interrupted run leaves the old seed as it was."""
     out = Path(out)
-    with tempfile.TemporaryDirectory(prefix=".seed.", dir=out.parent) as tmp:
+    # trained outside the package: a folder under ecosim/ would mark the checkout dirty in
+    # the entries' provenance
+    with tempfile.TemporaryDirectory(prefix="ecosim-seed.") as tmp:
         cache = Cache(Path(tmp) / "cache")
         executor = make_executor(jobs)
         try:
@@ -73,12 +75,12 @@ def make_seed(out: str | Path = SEED_DIR, *, jobs: int = 2, names=SEEDED,
         finally:
             executor.shutdown()
         n = sum(1 for _ in cache.root.rglob("*.npz"))
-        old = Path(tmp) / "old"
-        if out.exists():
-            out.rename(old)
-        cache.root.rename(out)
+        staging = out.with_name(f".{out.name}.new")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(cache.root, staging)
+        shutil.rmtree(out, ignore_errors=True)
+        staging.rename(out)
     return n
-
 
 def main(argv=None) -> int:
     import argparse
