@@ -12,6 +12,7 @@ import pytest
 
 from ecosim import experiments as E
 from ecosim.experiments import seed as S
+from ecosim.experiments.shared import SharedUnit
 from ecosim.experiments.store import results_bytes
 from tests.platform_pins import pinned_platform
 from tests.test_experiments import TOY, ToyConfig
@@ -97,29 +98,54 @@ def test_the_seed_must_be_a_directory(tmp_path):
 
 # -- the shipped seed -----------------------------------------------------------------------
 
-def _shipped_paths():
-    return {p.relative_to(S.SEED_DIR) for p in S.SEED_DIR.rglob("*.npz")}
+_ENV = ("packages", "python", "blas", "torch_cpu")  # where it ran, not what it ran
+
+
+def _asked(entry) -> dict:
+    what, cfg, unit = entry
+    doc = what.key_doc() if isinstance(what, SharedUnit) else what.key_doc(cfg, unit)
+    return json.loads(json.dumps(doc, sort_keys=True))
+
+
+def _code_part(doc: dict) -> str:
+    """A key less the environment the unit ran in: what it computed, with which code."""
+    doc = {k: v for k, v in doc.items() if k not in ("provenance", "content")}
+    doc["code"] = {k: v for k, v in doc["code"].items() if k not in _ENV}
+    return json.dumps(doc, sort_keys=True)
 
 
 def test_the_shipped_seed_holds_every_unit_make_figures_asks_for(tmp_path, capsys):
     """Fails after an edit to code a language-model experiment imports (its key changed):
-    run ``make seed`` and commit ecosim/data/seed_cache with the edit."""
-    pinned_platform(torch=True)
+    run ``make seed`` and commit ecosim/data/seed_cache with the edit. Then, in the seed's
+    environment (the lock's packages and Python, the pinned kernels), every entry is served."""
     assert S.SEED_DIR.is_dir(), f"{S.SEED_DIR} is missing: run `make seed`"
-    cache = E.Cache(tmp_path, seed=S.SEED_DIR)
+    records = [json.loads(p.read_text()) for p in sorted(S.SEED_DIR.rglob("*.json"))]
     entries = S.seed_entries()
+    shipped = {_code_part(r) for r in records}
+    asked = {_code_part(_asked(e)): e for e in entries}
+    stale = [e for k, e in asked.items() if k not in shipped]
+    names = sorted({e[0].name for e in stale})
+    assert not stale, (f"the shipped seed cache has no entry for {len(stale)} of "
+                       f"{len(entries)} units ({', '.join(names)}): the code they import "
+                       "changed since it was trained; run `make seed` and commit "
+                       "ecosim/data/seed_cache")
+    unasked = shipped - set(asked)
+    assert not unasked, f"the seed holds {len(unasked)} entries nothing asks for: `make seed`"
+
+    envs = {json.dumps({k: r["code"].get(k) for k in _ENV}, sort_keys=True) for r in records}
+    assert len(envs) == 1, "the seed was trained in several environments: `make seed`"
+    seed_env = json.loads(envs.pop())
+    here = {k: _asked(entries[0])["code"].get(k) for k in _ENV}
+    if here["python"] != seed_env["python"] or here["packages"] != seed_env["packages"]:
+        pytest.skip(f"not the seed's environment (Python {here['python']} against "
+                    f"{seed_env['python']}, or other package versions): make figures trains "
+                    "the language-model units here")
+    pinned_platform(torch=True)
+    assert here == seed_env, f"the seed's kernels are {seed_env}, here {here}"
+    cache = E.Cache(tmp_path, seed=S.SEED_DIR)
     capsys.readouterr()
-    missing = [e for e in entries if cache.load(*e) is None]
-    assert capsys.readouterr().err == ""
-    names = sorted({e[0].name for e in missing})
-    assert not missing, (f"the shipped seed cache has no entry for {len(missing)} of "
-                         f"{len(entries)} units ({', '.join(names)}): the code they import "
-                         "changed since it was trained; run `make seed` and commit "
-                         "ecosim/data/seed_cache")
-    asked = {cache.path(*e).relative_to(tmp_path) for e in entries}
-    stale = sorted(map(str, _shipped_paths() - asked))
-    assert not stale, f"the seed cache holds entries nothing asks for: {stale[:3]}; `make seed`"
-    assert cache.seeded == len(entries)
+    assert all(cache.load(*e) is not None for e in entries)
+    assert capsys.readouterr().err == "" and cache.seeded == len(entries)
 
 
 @pytest.mark.slow
