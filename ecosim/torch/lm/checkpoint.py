@@ -22,7 +22,7 @@ from ..optim import ECOAdamW
 from .config import LMConfig, method_of
 from .distributed import Env, barrier, gather_full, load_full_model, shard_adamw_state
 
-__all__ = ["CHECKPOINT", "CheckpointError", "init_weights", "jsonable", "load", "path_of",
+__all__ = ["CHECKPOINT", "CURVE", "CheckpointError", "init_weights", "jsonable", "load", "path_of",
            "restore", "save", "write"]
 
 CHECKPOINT = "checkpoint.pt"
@@ -32,6 +32,10 @@ FORMAT = "ecosim.lm/1"
 TRAJECTORY = ("preset", "method", "steps", "batch", "global_batch", "seq", "lr", "seed",
               "warmup", "final_lr", "betas", "eps", "weight_decay", "clip", "diverge_loss",
               "storage", "autocast", "act_fp8", "init_from")  # not world_size, grad_accum, fsdp: layouts of the same run
+# Fields that define what the curve holds (its points, the validation batches behind each,
+# the diagnostics beside them): a resume must match them too, or the curve would mix two
+# meanings under the record's one value. Log and I/O fields may change.
+CURVE = ("eval_every", "eval_batches", "diagnostics")
 
 
 def path_of(cfg: LMConfig) -> Path:
@@ -90,8 +94,9 @@ def load(cfg: LMConfig, device, corpus_sha: str, init_sha: str | None = None) ->
     if not isinstance(ck, dict) or ck.get("format") != FORMAT or not isinstance(
             ck.get("config"), dict) or not all(k in ck for k in _KEYS):
         raise unusable(path, f"is not an {FORMAT} checkpoint")
-    want = {k: jsonable(getattr(cfg, k)) for k in TRAJECTORY if k != "init_from"}
+    want = {k: jsonable(getattr(cfg, k)) for k in TRAJECTORY + CURVE if k != "init_from"}
     have = {"autocast": False, "act_fp8": False, "init_from": None,
+            **{k: want[k] for k in CURVE},  # checkpoints from before CURVE was recorded
             **ck["config"]}  # from before the flags
     bad = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
     was = (None if have["init_from"] is None
@@ -136,7 +141,7 @@ def write(path: Path | None, cfg: LMConfig, env: Env, model, opts, scheds, hist:
         if env.rank == 0:
             save(path, {
                 "format": FORMAT,
-                "config": {k: jsonable(getattr(cfg, k)) for k in TRAJECTORY},
+                "config": {k: jsonable(getattr(cfg, k)) for k in TRAJECTORY + CURVE},
                 "corpus_sha256": corpus_sha, "world_size": env.world,
                 "grad_accum": cfg.grad_accum,
                 "fsdp": cfg.fsdp, "model": msd, "optimizers": osd,

@@ -119,6 +119,32 @@ def fsdp_check(name: str) -> None:
                          "a shard of rows cannot compute")
 
 
+def _check_out_dir(out) -> None:
+    """``out`` must be a folder or creatable as one (no file on its path)."""
+    p = Path(out)
+    if str(out) == "":
+        raise ValueError("out must be a folder path, got ''")
+    for q in (p, *p.parents):
+        if q.exists():
+            if not q.is_dir():
+                raise ValueError(f"out {str(out)!r}: {str(q)!r} is a file, not a folder")
+            break
+
+
+def _check_results_file(results) -> None:
+    """``results`` must be a file (or creatable as one), checked before any training so a
+    run's record is never lost at its end."""
+    p = Path(results)
+    if str(results) == "" or p.is_dir():
+        raise ValueError(f"results {str(results)!r} is a folder; pass a JSON-lines file path")
+    for q in p.parents:
+        if q.exists():
+            if not q.is_dir():
+                raise ValueError(f"results {str(results)!r}: {str(q)!r} is a file, not a "
+                                 "folder")
+            break
+
+
 def _positive_int(name, v, allow_none=False):
     if v is None and allow_none:
         return
@@ -278,6 +304,14 @@ class LMConfig:
         if self.data is not None and not (str(self.data).startswith(_data.STDLIB)
                                           or Path(self.data).exists()):
             raise FileNotFoundError(f"data path {self.data!r} does not exist")
+        if self.diverge_loss is not None and not (math.isfinite(self.diverge_loss)
+                                                  and self.diverge_loss > 0):
+            raise ValueError(f"diverge_loss must be a finite loss > 0 (default 1.5 ln vocab), "
+                             f"got {self.diverge_loss!r}")
+        if self.out is not None:
+            _check_out_dir(self.out)
+        if self.results is not None:
+            _check_results_file(self.results)
         if self.init_from is not None and not Path(self.init_from).exists():
             raise FileNotFoundError(f"init_from: no checkpoint at {self.init_from!r}")
         if (self.resume or self.stop_after is not None) and self.out is None:

@@ -108,9 +108,25 @@ def _train(cfg: LMConfig, env: Env) -> dict:
         hist = checkpoint.restore(cfg, env.device, run.corpus.sha256, run.model, run.opts,
                                   run.scheds, init_sha)
         if hist["record"] is not None:  # finished already: nothing to train
+            if env.rank == 0 and cfg.results:
+                _append_record(cfg.results, hist["record"], only_new=True)
             return hist["record"]
         run.hist = hist
     return run.segment()
+
+
+def _append_record(path, rec: dict, only_new: bool = False) -> None:
+    """Append ``rec`` as one JSON line to ``path``; ``only_new``: unless the file holds it
+    already (a finished run resumed with the results file it wrote to)."""
+    line = json.dumps(rec, allow_nan=False)
+    path = Path(path)
+    if only_new and path.exists():
+        with open(path, encoding="utf-8") as f:
+            if any(old.rstrip("\n") == line for old in f):
+                return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
 
 
 def _progress(initial: int, total: int, show: bool):
@@ -220,9 +236,7 @@ class _Run:
         hist["record"] = rec
         self.checkpoint()
         if env.rank == 0 and cfg.results:
-            Path(cfg.results).parent.mkdir(parents=True, exist_ok=True)
-            with open(cfg.results, "a", encoding="utf-8") as f:
-                f.write(json.dumps(rec, allow_nan=False) + "\n")
+            _append_record(cfg.results, rec)
         return rec
 
     def step(self, step: int) -> tuple[float, str | None]:
