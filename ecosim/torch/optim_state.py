@@ -10,6 +10,7 @@ A mixin of :class:`ecosim.torch.optim_base._ECOBase`: it reads the optimizer's `
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -49,6 +50,7 @@ class _CheckpointMixin:
         ``full_tensor()`` is what one process holding the whole parameter would have)."""
         sd = super().state_dict()
         sd["ecosim_t"] = self._step_count_t
+        sd["ecosim_scheme"] = self.scheme
         metas = self._metas_by_index()
         # Low-precision codes as same-size integers: load_state_dict casts floats.
         sd["state"] = {i: {k: self._export(metas[i], k, v) for k, v in s.items()}
@@ -80,9 +82,22 @@ class _CheckpointMixin:
     def load_state_dict(self, state_dict):
         """Inverse of :meth:`state_dict`. For a DTensor parameter a state may be a DTensor,
         the whole tensor (a checkpoint of an unsharded run, or a gathered one: this process
-        takes its rows) or this process's rows."""
+        takes its rows) or this process's rows.
+
+        The state must be this scheme's (its buffers: ``master`` for ``"master"``, ``c`` for
+        ``"kahan"``...); another scheme's is refused before anything is loaded. As in
+        ``torch.optim``, the groups' options come from the state, the SR ``key`` included (a
+        resumed run continues its random stream); a key that differs from this optimizer's is
+        reported with a warning.
+
+        Raises:
+            ValueError: the state was saved under another scheme, or a parameter's state lacks
+                (or has extra) scheme buffers.
+        """
         state_dict = dict(state_dict)
         t = state_dict.pop("ecosim_t", None)
+        saved = state_dict.pop("ecosim_scheme", None)
+        self._check_loaded(state_dict, saved)
         super().load_state_dict(state_dict)
         if t is not None:
             self._step_count_t = int(t)
@@ -99,6 +114,33 @@ class _CheckpointMixin:
                                                             codec.scales_typed)):
                         if k in st:
                             st[k] = _restore(st[k], typed)
+
+
+    def _check_loaded(self, state_dict, saved) -> None:
+        """Refuse a state of another scheme (see :meth:`load_state_dict`); warn of a new key."""
+        if saved is not None and saved != self.scheme:
+            raise ValueError(f"load_state_dict: the state was saved by a scheme={saved!r} "
+                             f"optimizer, this one has scheme={self.scheme!r}; build the "
+                             f"optimizer with scheme={saved!r} to resume that run")
+        known = set(all_buffers())
+        metas = self._metas_by_index()
+        for i, st in (state_dict.get("state") or {}).items():
+            if not st or not isinstance(i, int) or not 0 <= i < len(metas):
+                continue  # an empty state or a bad index: torch's own checks report it
+            meta = metas[i]
+            want = set(meta.sch.buffers)
+            have = set(st) & known
+            if have != want:
+                raise ValueError(
+                    f"load_state_dict: parameter {meta.name!r} has scheme buffers "
+                    f"{sorted(have)} in the state, scheme {meta.scheme!r} keeps {sorted(want)}; "
+                    "the state is another scheme's")
+        for g_new, g_old in zip(self.param_groups, state_dict.get("param_groups") or ()):
+            k_old = g_old.get("key") if isinstance(g_old, dict) else None
+            if k_old is not None and k_old != g_new["key"]:
+                warnings.warn(f"load_state_dict: the state's SR key {k_old} replaces this "
+                              f"optimizer's key {g_new['key']} (group options come from the "
+                              "state, as in torch.optim)", stacklevel=3)
 
 
 def _restore(v: torch.Tensor, typed: torch.dtype | None) -> torch.Tensor:
