@@ -14,7 +14,7 @@ bits. Everything is 32-bit integer arithmetic, which is what makes it fast in Nu
 is dominated by its random bits). For a fixed key and high counter word the map from the low
 word is a bijection (each step is invertible).
 
-Keys are non-negative Python ints (reduced mod 2**64). :func:`fold_in` derives independent keys
+Keys are Python ints in ``[0, 2**64)``. :func:`fold_in` derives independent keys
 from a key and data (a step number, a parameter name), as JAX's ``fold_in`` does.
 """
 
@@ -28,8 +28,8 @@ import numpy as np
 
 from .bitops import M32A, M32B, NUMPY_WORDS, hash_block
 
-__all__ = ["random_bits", "fold_in", "split_key", "as_key", "mix32_int", "counter_blocks",
-           "seed_and_counter"]
+__all__ = ["random_bits", "fold_in", "split_key", "as_key", "as_counter", "mix32_int",
+           "counter_blocks", "seed_and_counter"]
 
 _MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -47,14 +47,32 @@ def _mix64_int(z: int) -> int:
 
 
 def as_key(key) -> int:
-    """Validate a key: a non-negative integer (numpy integers accepted), reduced mod 2**64."""
+    """Validate a key: an integer in ``[0, 2**64)`` (numpy integers accepted).
+
+    A larger key is refused rather than reduced: reduced, ``2**64`` would silently give the
+    streams of ``0``.
+    """
     if type(key) is not int:  # the common case skips the (slow) abstract-class check
         if isinstance(key, bool) or not isinstance(key, numbers.Integral):
             raise TypeError(f"a key must be an int, got {type(key).__name__}")
         key = int(key)
     if key < 0:
         raise ValueError(f"a key must be non-negative, got {key}")
-    return key & _MASK64
+    if key > _MASK64:
+        raise ValueError(f"a key must be below 2**64 (keys are 64-bit words), got {key}")
+    return key
+
+
+def as_counter(counter) -> int:
+    """Validate a stream counter: a non-negative integer, reduced mod 2**64 (a stream's
+    counters wrap, as a 64-bit word does)."""
+    if type(counter) is not int:
+        if isinstance(counter, bool) or not isinstance(counter, numbers.Integral):
+            raise TypeError(f"a counter must be an int, got {type(counter).__name__}")
+        counter = int(counter)
+    if counter < 0:
+        raise ValueError(f"a counter must be non-negative, got {counter}")
+    return counter & _MASK64
 
 
 def seed_of(key: int) -> int:
@@ -81,7 +99,7 @@ def random_bits(key, counter: int = 0, size: int | tuple = 1) -> np.ndarray:
     shape = (size,) if isinstance(size, numbers.Integral) else tuple(size)
     n = int(np.prod(shape, dtype=np.int64))
     out = np.empty(n, np.uint32)
-    fill_bits(seed_of(key), as_key(counter), out)
+    fill_bits(seed_of(key), as_counter(counter), out)
     return out.reshape(shape)
 
 
@@ -163,7 +181,7 @@ def seed_and_counter(key) -> tuple[int, int]:
         k, counter = key
     else:
         k, counter = key, 0
-    return seed_of(k), as_key(counter)
+    return seed_of(k), as_counter(counter)
 
 
 _BLOCK = 1 << 15

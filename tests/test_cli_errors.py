@@ -31,7 +31,10 @@ def _one_line_error(capsys, prefix: str) -> str:
     ("floor", "lrs=0.1,0.1", "FloorConfig.lrs: expected distinct entries, got (0.1, 0.1)"),
     ("floor", "grids=uniform,hex", "FloorConfig.grids[1]: expected one of 'uniform', 'e4m3', "
                                    "got 'hex'"),
-    ("floor_additive", "key=-1", "FloorAdditiveConfig.key: expected a value >= 0, got -1"),
+    ("floor_additive", "key=-1", "FloorAdditiveConfig.key: expected an integer key in "
+                                 "[0, 2**64), got -1"),
+    ("rtn_stall", "key=18446744073709551616", "RtnStallConfig.key: expected an integer key in "
+                                              "[0, 2**64), got 18446744073709551616"),
     ("naive_decay", "grad_noises=", "NaiveDecayConfig.grad_noises: expected at least one "
                                     "entry, got ()"),
     ("rtn_stall", "step=nan", "RtnStallConfig.step: expected a value > 0, got nan"),
@@ -245,3 +248,30 @@ def test_lm_checkpoint_write_is_atomic(lm, tmp_path):
         lm._save(path, {"step": 2, "bad": lambda: 0})  # fails while writing
     assert torch.load(path, weights_only=True) == {"step": 1}
     assert [p.name for p in path.parent.iterdir()] == ["checkpoint.pt"]  # no temporary left
+
+
+# -- names: experiments after --set, presets, figure names ---------------------------------------
+
+def test_run_takes_the_experiment_after_set(capsys, tmp_path):
+    save = tmp_path / "a.npz"
+    assert main(["run", "--set", "steps=20", "rtn_stall", "--smoke", "--cache",
+                 str(tmp_path / "c"), "--save", str(save), "--no-progress"]) == 0
+    assert save.exists()
+    capsys.readouterr()
+    assert main(["run", "--set", "steps=20", "rtn_stall", "floor", "--cache",
+                 str(tmp_path / "c")]) == 2
+    assert "name one EXPERIMENT" in _one_line_error(capsys, "ecosim run: error:")
+
+
+def test_lm_unknown_preset_is_a_config_error(capsys, tmp_path):
+    pytest.importorskip("torch")
+    assert main(["run", "lm", "--smoke", "--set", "presets=nano", "--cache",
+                 str(tmp_path / "c")]) == 2
+    line = _one_line_error(capsys, "ecosim run: error:")
+    assert "LMTableConfig.presets: expected names among" in line and "'nano'" in line
+    assert not (tmp_path / "c" / "lm").exists()  # refused before any unit
+
+
+def test_figures_unknown_name_suggests_the_close_one(capsys, tmp_path):
+    assert main(["figures", "--only", "rtn_stal", "--out", str(tmp_path)]) == 2
+    assert "did you mean 'rtn_stall'?" in _one_line_error(capsys, "ecosim figures: error:")

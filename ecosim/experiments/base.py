@@ -6,7 +6,7 @@ This module gathers the public names of the parts, each in its own module:
   whose defaults are the full-size run; field types checked and ``int`` widened to ``float``
   when built; ``--set key=value`` parsing by :meth:`Config.override`), :class:`ConfigError`, and
   the declarative range checks of :attr:`Config.CHECKS` (:func:`interval`, :func:`at_least`,
-  :func:`one_of`, :data:`positive`, :data:`non_negative`, :data:`finite`, :data:`nonempty`,
+  :func:`one_of`, :data:`positive`, :data:`non_negative`, :data:`rng_key`, :data:`finite`, :data:`nonempty`,
   :data:`distinct`);
 * :mod:`.registry`: the :class:`Experiment` type (config, a pure deterministic compute function
   ``config -> results``, optional independent units and their ``combine``), its cache key
@@ -26,7 +26,7 @@ import dataclasses  # noqa: F401
 from typing import ClassVar  # noqa: F401
 
 from .config import (Check, Config, ConfigError, at_least, distinct, finite, interval,
-                     non_negative, nonempty, one_of, positive)
+                     non_negative, nonempty, one_of, positive, rng_key)
 from .registry import CACHE_FORMAT, Experiment, experiment, experiments, get
 from .runner import InlineExecutor, Run, RunStats, make_executor, run, run_many, stack_units
 from .store import (CACHE_ENV, DEFAULT_CACHE, Cache, Results, as_results, atomic_write,
@@ -60,6 +60,7 @@ __all__ = [
     "nonempty",
     "one_of",
     "positive",
+    "rng_key",
     "results_bytes",
     "run",
     "run_many",

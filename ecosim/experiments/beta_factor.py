@@ -27,8 +27,8 @@ from typing import ClassVar
 import numpy as np
 
 from .. import theory
-from .base import (at_least, distinct, experiment, interval, non_negative, nonempty, one_of,
-                   positive, stack_units)
+from .base import (at_least, distinct, experiment, interval, nonempty, one_of, positive, rng_key,
+                   stack_units)
 from .floor import FloorRun, check_stable, simulate_floor
 from .floor_additive import simulate_additive
 
@@ -69,7 +69,7 @@ class BetaFactorConfig(FloorRun):
     CHECKS: ClassVar[dict] = {
         "betas": (nonempty, distinct, interval("(0, 1)")), "lrs": (nonempty, distinct, positive),
         "kinds": (nonempty, distinct, one_of(_KINDS)), "L": positive, "grad_noise": positive,
-        "curve_points": at_least(2), "key": non_negative}
+        "curve_points": at_least(2), "key": rng_key}
 
     def __post_init__(self):
         super().__post_init__()

@@ -36,6 +36,7 @@ __all__ = [
     "nonempty",
     "one_of",
     "positive",
+    "rng_key",
 ]
 
 
@@ -131,7 +132,11 @@ def one_of(*choices) -> Check:
 positive = interval("(0, inf)")
 """A finite number ``> 0`` (learning rates, step sizes, curvatures)."""
 non_negative = interval("[0, inf)")
-"""A finite number ``>= 0`` (keys, noise levels, weight decay)."""
+"""A finite number ``>= 0`` (noise levels, weight decay; keys: :data:`rng_key`)."""
+rng_key = Check("an integer key in [0, 2**64)",
+                lambda x: isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**64)
+"""A key of :mod:`ecosim.rng` (an integer below 2**64: a larger one would repeat another's
+streams)."""
 finite = Check("a finite number", lambda x: math.isfinite(float(x)))
 """Any finite number (no NaN, no infinity)."""
 nonempty = Check("at least one entry", lambda t: len(t) > 0, each=False)

@@ -24,7 +24,7 @@ from ..problems.mlp import QUANT_POLICIES
 from ..quantizer import Quantizer
 from ..train import train
 from .base import (Check, Config, ConfigError, at_least, distinct, experiment, interval,
-                   non_negative, nonempty, one_of, positive)
+                   non_negative, nonempty, one_of, positive, rng_key)
 
 __all__ = ["ErrorSimilarityConfig", "METHODS"]
 
@@ -67,7 +67,7 @@ class ErrorSimilarityConfig(Config):
         "weight_decay": non_negative,
         "fmt": Check("a format name such as float8_e4m3fn", lambda s: bool(formats.get(s))),
         "granularity": one_of("tensor", "row", "column"), "policy": one_of(QUANT_POLICIES),
-        "bins": at_least(1), "key": non_negative}
+        "bins": at_least(1), "key": rng_key}
 
     def __post_init__(self):
         super().__post_init__()

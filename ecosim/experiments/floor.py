@@ -26,8 +26,8 @@ from ..optim import SCHEMES, sgdm
 from ..problems import Quadratic
 from ..quantizer import Quantizer
 from ..train import train
-from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
-                   nonempty, one_of, positive)
+from .base import (Config, ConfigError, at_least, distinct, experiment, interval, nonempty, one_of,
+                   positive, rng_key)
 
 __all__ = ["FloorConfig", "FloorRun", "QuadraticSetup", "simulate_floor", "quantizer_for",
            "check_stable"]
@@ -161,7 +161,7 @@ class FloorConfig(FloorRun):
         "lrs": (nonempty, distinct, positive), "betas": (nonempty, distinct, interval("(0, 1)")),
         "schemes": (nonempty, distinct, one_of(SCHEMES)),
         "modes": (nonempty, distinct, one_of("sr", "rtn")),
-        "grids": (nonempty, distinct, one_of("uniform", "e4m3")), "key": non_negative}
+        "grids": (nonempty, distinct, one_of("uniform", "e4m3")), "key": rng_key}
 
     def __post_init__(self):
         super().__post_init__()

@@ -21,8 +21,8 @@ from typing import ClassVar
 import numpy as np
 
 from .. import rng, theory
-from .base import (at_least, distinct, experiment, interval, non_negative, nonempty, one_of,
-                   positive, stack_units)
+from .base import (at_least, distinct, experiment, interval, nonempty, one_of, positive, rng_key,
+                   stack_units)
 from .floor import FloorRun, check_stable
 
 __all__ = ["FloorAdditiveConfig", "simulate_additive", "batch_means"]
@@ -128,7 +128,7 @@ class FloorAdditiveConfig(FloorRun):
     CHECKS: ClassVar[dict] = {
         "lrs": (nonempty, distinct, positive), "betas": (nonempty, distinct, interval("(0, 1)")),
         "schemes": (nonempty, distinct, one_of(_SCHEMES)), "L": positive,
-        "curve_points": at_least(2), "key": non_negative}
+        "curve_points": at_least(2), "key": rng_key}
 
     def __post_init__(self):
         super().__post_init__()

@@ -22,7 +22,8 @@ import numpy as np
 
 from .. import formats, rng
 from ..rounding import quantize
-from .base import Config, ConfigError, at_least, experiment, interval, non_negative, nonempty
+from .base import (Config, ConfigError, at_least, experiment, interval, non_negative, nonempty,
+                   rng_key)
 
 __all__ = ["GridsConfig", "grids"]
 
@@ -49,7 +50,7 @@ class GridsConfig(Config):
     CHECKS: ClassVar[dict] = {
         "formats": nonempty, "sr_grid": at_least(2), "sr_points": at_least(1),
         "sr_samples": at_least(1), "error_samples": at_least(2), "sr_nbits": interval("[1, 16]"),
-        "error_bins": at_least(4), "sr_lo": non_negative, "key": non_negative}
+        "error_bins": at_least(4), "sr_lo": non_negative, "key": rng_key}
 
     def __post_init__(self):
         super().__post_init__()

@@ -135,6 +135,12 @@ class LMTableConfig(Config):
                 raise ConfigError(str(exc)) from None
         if not self.results_file and not (self.presets and self.methods):
             raise ConfigError("presets and methods must not be empty")
+        if not self.results_file:  # a name the runner knows, before any unit starts
+            from ..torch.model import PRESETS  # torch: only for configs that train
+            unknown = [p for p in self.presets if p not in PRESETS]
+            if unknown:
+                raise ConfigError(f"{type(self).__name__}.presets: expected names among "
+                                  f"{sorted(PRESETS)}, got {unknown}")
         if not self.results_file and (len(self.seeds) != len(self.presets)
                                       or min(self.seeds, default=0) < 1):
             raise ConfigError(f"seeds needs one positive count per preset ({self.presets}), "

@@ -14,7 +14,7 @@ import dataclasses
 from typing import ClassVar
 
 from .. import recipes
-from .config import Config, ConfigError, at_least, interval, non_negative, positive
+from .config import Config, ConfigError, at_least, interval, non_negative, positive, rng_key
 
 __all__ = ["MLPRecipe"]
 
@@ -48,7 +48,7 @@ class MLPRecipe(Config):
         "b2": interval("[0, 1)"), "eps": positive,
         "batch_size": at_least(1), "n_train": at_least(1), "n_val": at_least(1),
         "noise": non_negative, "data_key": non_negative, "stop_factor": interval("(1, inf)"),
-        "key": non_negative}
+        "key": rng_key}
 
     def __post_init__(self):
         super().__post_init__()

@@ -23,8 +23,8 @@ from .. import rng, theory
 from ..optim import sgdm, warmup_cosine
 from ..problems import Quadratic
 from ..train import train
-from .base import (ConfigError, at_least, distinct, experiment, interval, non_negative,
-                   nonempty, one_of, positive)
+from .base import (ConfigError, at_least, distinct, experiment, interval, non_negative, nonempty,
+                   one_of, positive, rng_key)
 from .floor import QuadraticSetup, check_stable, quantizer_for
 
 __all__ = ["NaiveDecayConfig", "window_means"]
@@ -63,7 +63,7 @@ class NaiveDecayConfig(QuadraticSetup):
         "schemes": (nonempty, distinct, one_of(_SCHEMES)),
         "modes": (nonempty, distinct, one_of("sr", "rtn")),
         "grad_noises": (nonempty, distinct, non_negative), "L": positive,
-        "bins": at_least(1), "key": non_negative}
+        "bins": at_least(1), "key": rng_key}
 
     def __post_init__(self):
         super().__post_init__()

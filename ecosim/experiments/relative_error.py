@@ -27,7 +27,7 @@ from .. import rng
 from ..formats import custom
 from ..formats import get as get_format
 from ..rounding import quantize
-from .base import Config, ConfigError, at_least, distinct, experiment, non_negative, nonempty
+from .base import (Config, ConfigError, at_least, distinct, experiment, nonempty, rng_key)
 
 __all__ = ["RelativeErrorConfig", "format_of", "relative_errors"]
 
@@ -62,7 +62,7 @@ class RelativeErrorConfig(Config):
                              "bins": 20}
     CHECKS: ClassVar[dict] = {
         "formats": (nonempty, distinct), "samples": at_least(100), "bins": at_least(2),
-        "below": at_least(1), "above": at_least(1), "key": non_negative}
+        "below": at_least(1), "above": at_least(1), "key": rng_key}
 
     def __post_init__(self):
         super().__post_init__()

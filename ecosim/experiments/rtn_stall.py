@@ -34,7 +34,7 @@ from ..optim import sgdm
 from ..problems import Quadratic
 from ..quantizer import Quantizer
 from ..train import initial_point, train
-from .base import (Config, at_least, experiment, finite, interval, non_negative, positive,
+from .base import (Config, at_least, experiment, finite, interval, non_negative, positive, rng_key,
                    stack_units)
 from .floor import check_stable
 
@@ -120,7 +120,7 @@ class RtnStallConfig(Config):
     CHECKS: ClassVar[dict] = {
         "lr": positive, "beta": interval("(0, 1)"), "step": positive, "L": positive,
         "steps": at_least(2), "d": at_least(1), "spread": non_negative,
-        "showcase_offset": finite, "key": non_negative}
+        "showcase_offset": finite, "key": rng_key}
 
     def __post_init__(self):
         super().__post_init__()

@@ -31,7 +31,7 @@ import numbers
 import torch
 
 from ..bitops import hash_block
-from ..rng import (GOLDEN32, as_key, counter_blocks, fold_in, mix32_int, seed_of,
+from ..rng import (GOLDEN32, as_counter, as_key, counter_blocks, fold_in, mix32_int, seed_of,
                    split_key)
 from .bitops import TORCH_WORDS
 
@@ -113,7 +113,7 @@ def random_bits(key, counter: int = 0, size: int | tuple = 1, *, device=None) ->
     element.
 
     Args:
-        key: non-negative int (reduced mod 2**64).
+        key: an int in ``[0, 2**64)``.
         counter: index of the first element in the key's stream (reduced mod 2**64).
         size: number of values, or a shape (filled in C order).
         device: torch device of the result (default: the current default device).
@@ -135,4 +135,4 @@ def random_bits(key, counter: int = 0, size: int | tuple = 1, *, device=None) ->
     for d in shape:
         n *= int(d)
     out = torch.empty(n, dtype=torch.int64, device=device)
-    return fill_bits(seed_of(key), as_key(counter), out).reshape(shape)
+    return fill_bits(seed_of(key), as_counter(counter), out).reshape(shape)
