@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run one experiment (cached) and summarise its results",
                        description="Run one experiment with type-checked overrides.")
-    p.add_argument("experiment", metavar="EXPERIMENT")
+    # optional for argparse: `run --set k=v NAME` puts NAME among the overrides (see _cmd_run)
+    p.add_argument("experiment", metavar="EXPERIMENT", nargs="?")
     p.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[],
                    metavar="KEY=VALUE",
                    help="override config fields (tuples comma-separated: lrs=0.1,0.01)")
@@ -177,7 +178,10 @@ def _cmd_figures(args) -> int:
     if args.only:
         unknown = [n for n in args.only if n not in registered]
         if unknown:
-            raise _UsageError(f"unknown figure(s) {', '.join(map(repr, unknown))}; "
+            from .registry import did_you_mean
+
+            hint = did_you_mean(unknown[0], registered)
+            raise _UsageError(f"unknown figure(s) {', '.join(map(repr, unknown))}{hint}; "
                               f"registered: {', '.join(registered)}")
     names = args.only or list(registered)
     configs = _figure_configs(args, {e for n in names for e in registered[n].experiments})
@@ -337,6 +341,13 @@ def _cmd_run(args) -> int:
 
     from . import experiments as E
 
+    names = [o for o in args.overrides if "=" not in o]
+    if args.experiment is None:  # `--set` took everything after it: the name is among them
+        if len(names) != 1:
+            raise _UsageError("name one EXPERIMENT (ecosim run EXPERIMENT --set key=value; "
+                              "`ecosim list` shows them)")
+        args.experiment = names[0]
+        args.overrides = [o for o in args.overrides if o != names[0]]
     try:
         exp = E.get(args.experiment)
     except KeyError as exc:

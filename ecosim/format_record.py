@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -77,6 +78,12 @@ class Format:
             raise ValueError(f"kind must be 'float' or 'int', got {self.kind!r}")
         if self.ties not in _ROUNDING_TIES:
             raise ValueError(f"ties must be one of {_ROUNDING_TIES}, got {self.ties!r}")
+        for f in ("exponent_bits", "mantissa_bits", "bias", "int_min", "int_max",
+                  "storage_bits"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"{f} must be an int, got {v!r}")
+            object.__setattr__(self, f, int(v))
         if self.kind == "float":
             if not 1 <= self.exponent_bits <= 11:
                 raise ValueError(f"exponent_bits must be in 1..11, got {self.exponent_bits}")

@@ -53,11 +53,13 @@ def custom(exponent_bits: int, mantissa_bits: int, *, bias: int | None = None, n
         >>> custom(8, 7).max == get("bfloat16").max
         True
     """
+    default_bias = (2 ** (exponent_bits - 1) - 1 if isinstance(exponent_bits, int)
+                    and exponent_bits >= 1 else 0)  # else Format reports the width
     if bias is None:
-        bias = 2 ** (exponent_bits - 1) - 1
+        bias = default_bias
     if name is None:
         name = f"e{exponent_bits}m{mantissa_bits}"
-        if bias != 2 ** (exponent_bits - 1) - 1:
+        if bias != default_bias:
             name += f"b{bias}"
         if nan != "ieee":
             name += nan

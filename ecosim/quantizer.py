@@ -188,6 +188,10 @@ class Quantizer(QuantizerConfig):
         if g == "row":
             return x, (x.ndim - 1,)
         if g == "column":
+            if x.ndim == 1 and not self.fixed:  # each element its own block: no rounding
+                raise ValueError(f"granularity='column' needs an array of 2 or more dimensions "
+                                 f"(one scale per column), got shape {tuple(x.shape)}; use "
+                                 "'tensor' or 'row' for a 1-D array such as a bias")
             return x, tuple(range(x.ndim - 1))
         n = x.shape[-1]
         if n % g:

@@ -246,13 +246,20 @@ def _prepare(fmt: Format, out_dtype: np.dtype, sr: bool, nbits, saturate: bool,
     return plan
 
 
+def unrepresentable(fmt: Format, dtype) -> str:
+    """The message for a format whose values the result's dtype ``dtype`` (the input's)
+    cannot all hold, naming the wider input that can."""
+    wider = "float64" if str(dtype).removeprefix("torch.") == "float32" else "float32 or float64"
+    return (f"{fmt.name} values are not all representable in {dtype} (the result has the "
+            f"input's dtype); pass {wider} input")
+
+
 def _prepare_checked(fmt: Format, out_dtype: np.dtype, sr: bool, nbits, saturate: bool,
                      sr_rule: str) -> _Plan:
     """:func:`_prepare` without the memo."""
     out_src = _src_for(out_dtype)
     if not _representable(fmt, out_src):
-        raise ValueError(f"{fmt.name} values are not all representable in {out_dtype}; "
-                         "pass float32 or float64 input")
+        raise ValueError(unrepresentable(fmt, out_dtype))
     work = np.dtype(np.float64) if out_dtype == np.float64 else np.dtype(np.float32)
     if not fmt.is_float and not saturate:
         raise ValueError(f"integer format {fmt.name} has no overflow encoding: use saturate=True")
@@ -436,7 +443,8 @@ representable = _representable
 #: float dtype; ``SRC_F32`` and ``SRC_F64`` are float32's and float64's.
 src_for = _src_for
 SRC_F32, SRC_F64 = _F32, _F64
-__all__ += ["Plan", "SRC_F32", "SRC_F64", "plan", "representable", "src_for"]
+__all__ += ["Plan", "SRC_F32", "SRC_F64", "plan", "representable", "src_for",
+            "unrepresentable"]
 
 # The code kernel builds on this module's kernel and lives in ecosim.rounding_codes; its entry
 # point stays reachable here as well.

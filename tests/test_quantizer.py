@@ -223,6 +223,10 @@ def test_empty_arrays(shape, gran, scale):
     one; encode of empty rows used to fail reshaping its scales."""
     q = Quantizer("int4", granularity=gran, scale=scale)
     x = np.zeros(shape, np.float32)
+    if gran == "column" and len(shape) == 1 and scale != 0.5:
+        with pytest.raises(ValueError, match="granularity='column' needs an array of 2"):
+            q.scales(x)
+        return
     s = q.scales(x)
     assert np.all(s == (0.5 if scale == 0.5 else 1.0))
     enc = q.encode(x)

@@ -20,11 +20,11 @@ from collections.abc import Mapping
 import torch
 
 from .. import rng
-from ..checks import check_bool
+from ..checks import NonFiniteGradient, check_bool
 from ..optim.base import resolve_states as _np_resolve_states
 from ..optim.base import weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer
-from ..optim.schemes import REGISTRY, Scheme, get, is_eco, torch_names_for
+from ..optim.schemes import REGISTRY, Scheme, all_buffers, get, is_eco, torch_names_for
 from .dtensor import (_check_sharded_quantizer, _Shard, _shard_of, _ShardKey, _sr_key,
                       is_dtensor, local_tensor)
 from .nn import _Codec, stored
@@ -355,12 +355,23 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         """``(name, parameter, gradient)`` of the parameters of ``group`` that have a gradient
         (``.grad`` None: skipped, as ``torch.optim`` does), their gradients checked."""
         items = []
+        buffers = ("m", "v") + all_buffers()
         for name, p in zip(group["names"], group["params"]):
             if p.grad is None:
                 continue
             if p.grad.is_sparse:
                 raise ValueError(f"parameter {name!r} has a sparse gradient (not supported)")
-            items.append((name, p, local_tensor(p.grad).detach()))
+            g = local_tensor(p.grad).detach()
+            st = self.state.get(p)
+            if st:  # a parameter resized (or given a state) after its state was built
+                for k in buffers:
+                    v = st.get(k)
+                    if isinstance(v, torch.Tensor) and v.shape != g.shape:
+                        raise ValueError(f"state buffer {k!r} of parameter {name!r} has shape "
+                                         f"{tuple(v.shape)}, the parameter and its gradient "
+                                         f"{tuple(g.shape)}: was the parameter resized after "
+                                         "the optimizer was built? Build a new optimizer")
+            items.append((name, p, g))
         # min and max propagate NaN and show inf: one pass per gradient (isfinite().all() is
         # ~10x slower on the CPU) and one device sync per group; the slow check only names
         # the culprit.
@@ -369,8 +380,10 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
             return items
         for name, _, g in items:
             if g.numel() and not bool(torch.isfinite(g).all()):
-                raise ValueError(f"gradient of parameter {name!r} at step {t} has "
-                                 "non-finite values")
+                bad = g.numel() - int(torch.isfinite(g).sum())
+                raise NonFiniteGradient(f"gradient of parameter {name!r} has {bad} non-finite "
+                                        f"values (NaN/inf) at step {t}; refusing to write "
+                                        "them into the weights")
         raise AssertionError("unreachable: aminmax saw a non-finite value")  # pragma: no cover
 
     def _skipped(self, st):

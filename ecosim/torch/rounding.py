@@ -52,6 +52,7 @@ from ..rounding import plan as _plan
 from ..rounding import representable as _representable
 from ..rng import fill_bits, seed_and_counter
 from ..rounding import src_for as _src_for
+from ..rounding import unrepresentable
 from . import rng as trng
 from .bitops import TORCH_WORDS, const
 
@@ -145,8 +146,7 @@ def _setup(x, fmt, mode, rbits, nbits, key, saturate, sr_rule):
 def _check_representable(fmt: Format, dtype: torch.dtype) -> None:
     """Refuse a format whose values ``dtype`` cannot all hold (NumPy's rule and message)."""
     if not _representable(fmt, _src_for(_NP_DTYPE[dtype])):
-        raise ValueError(f"{fmt.name} values are not all representable in {dtype}; "
-                         "pass float32 or float64 input")
+        raise ValueError(unrepresentable(fmt, dtype))
 
 
 def _as_tensor(x) -> torch.Tensor:
