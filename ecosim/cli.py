@@ -1,9 +1,10 @@
-"""The ``ecosim`` command: ``figures``, ``list``, ``run``.
+"""The ``ecosim`` command: ``figures``, ``list``, ``run``, ``cache``, ``readme``.
 
     ecosim figures [--smoke] [--only NAME ...] [--out DIR] [--executor WHERE] [--cache DIR]
     ecosim list
     ecosim run EXPERIMENT [--set key=value ...] [--smoke] [--executor WHERE] [--cache DIR]
                [--save F]
+    ecosim cache verify|clean [--cache DIR] [--stale]
 
 ``--executor`` runs the experiment units ``inline`` (in-process, the default), on ``local:N``
 worker processes (``--jobs N`` is the same), on a Dask cluster whose scheduler listens at
@@ -13,8 +14,8 @@ a Dask cluster of N processes started for the run. The same cache keys give the 
 whichever executor computed them.
 
 Also ``python -m ecosim ...``. Exit status: 0 success, 2 usage errors (unknown names, bad
-overrides, bad options, an executor that cannot start), 130 interrupted (finished units stay
-cached: rerun to resume).
+overrides, bad options, an executor that cannot start), 1 ``cache verify`` found entries
+that cannot be served, 130 interrupted (finished units stay cached: rerun to resume).
 """
 from __future__ import annotations
 
@@ -95,6 +96,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write the results to this .npz file")
     common(p)
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("cache", help="verify a result cache, or clean it",
+                       description="verify: check every entry as it would be checked before "
+                                   "being served (exit 1 if any cannot be). clean: delete "
+                                   "those entries, and with --stale the ones other code "
+                                   "computed.")
+    p.add_argument("action", choices=("verify", "clean"))
+    p.add_argument("--cache", metavar="DIR", default=None,
+                   help="result cache directory (default $ECOSIM_CACHE or .ecosim_cache)")
+    p.add_argument("--stale", action="store_true",
+                   help="also report (verify) or delete (clean) entries computed by other "
+                        "code or packages than this ecosim's: never served again")
+    p.set_defaults(func=_cmd_cache)
 
     p = sub.add_parser("readme", help="refresh the README's generated blocks (tables, gallery)",
                        description="Rewrite the <!-- generated: ... --> blocks of README.md "
@@ -314,6 +328,29 @@ def _open_cache(args, experiments: set[str], seed=None):
     for name in sorted(experiments):
         _check_dir(cache.root / name, f"{what} (folder of {name!r})")
     return cache
+
+
+def _cmd_cache(args) -> int:
+    from . import experiments as E
+
+    what = "--cache" if args.cache is not None else "the cache"
+    try:
+        cache = E.Cache(args.cache)
+    except ValueError as exc:
+        raise _UsageError(f"{what}: {exc}") from None
+    if cache.root.exists() and not cache.root.is_dir():
+        raise _UsageError(f"{what} {cache.root}: is a file; expected a directory")
+    problems = cache.verify(stale=args.stale)
+    if args.action == "verify":
+        for path, problem in problems:
+            print(f"{path} {problem}")
+        n = sum(1 for f in cache.root.glob("*/*.npz")) if cache.root.is_dir() else 0
+        print(f"{cache.root}: {n} entries, {len(problems)} problem(s)")
+        return 1 if problems else 0
+    freed = cache.clean(problems)
+    print(f"{cache.root}: removed {len(problems)} entr{'y' if len(problems) == 1 else 'ies'}"
+          f" ({freed / 1e6:.1f} MB)")
+    return 0
 
 
 def _cmd_list(args) -> int:

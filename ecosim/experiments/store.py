@@ -22,10 +22,11 @@ import os
 import re
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
     from .config import Config
     from .registry import Experiment
 
-__all__ = ["Cache", "Results", "as_results", "atomic_write", "load_results", "results_bytes",
-           "save_results"]
+__all__ = ["Cache", "EntryProblem", "Results", "as_results", "atomic_write", "load_results",
+           "results_bytes", "save_results"]
 
 
 Results = dict[str, np.ndarray]
@@ -206,6 +207,60 @@ class Cache:
             prov = {}
         return {k: prov.get(k) for k in ("git_revision", "git_dirty", "source_sha256")}
 
+    def verify(self, *, stale: bool = False, now: float | None = None) -> list[EntryProblem]:
+        """Check every entry of the cache on its own, as :meth:`load` would before serving it:
+        a record that reads and hashes to the entry's name, and the content it names. Also
+        reported: records without results, temporary files of killed writes (older than
+        :data:`STALE_TMP_S`), and with ``stale`` entries computed by other code than this
+        ecosim's (they are never served again; :meth:`clean` frees their space).
+
+        Returns:
+            The problems, sorted by path (empty: every entry can be served).
+        """
+        now = time.time() if now is None else now
+        found: list[EntryProblem] = []
+        if not self.root.is_dir():
+            return found
+        for folder in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            code = _current_code(folder.name) if stale else None
+            for f in sorted(folder.iterdir()):
+                if f.suffix == ".npz" and not f.name.startswith("."):
+                    problem = _verify_entry(f)
+                    if problem is None and code is not None:
+                        doc = json.loads(f.with_suffix(".json").read_text())
+                        if _json_image(doc.get("code")) != _json_image(code):
+                            problem = "was computed by other code or packages (stale)"
+                    if problem is not None:
+                        found.append(EntryProblem(f, problem))
+                elif f.suffix == ".json" and not f.with_suffix(".npz").exists():
+                    found.append(EntryProblem(f, "is a record without results"))
+                elif f.name.startswith(".") and f.suffix == ".tmp" and \
+                        now - f.stat().st_mtime > STALE_TMP_S:
+                    found.append(EntryProblem(f, "is a temporary file of a killed write"))
+        return found
+
+    def clean(self, problems: list[EntryProblem] | None = None, *,
+              stale: bool = False) -> int:
+        """Delete the entries (both files) of ``problems`` (default: :meth:`verify`'s, with
+        ``stale``) and return the bytes freed. Only files under ``root`` are touched."""
+        if problems is None:
+            problems = self.verify(stale=stale)
+        freed = 0
+        root = self.root.resolve()
+        for path, _ in problems:
+            files = ([path] if path.suffix == ".tmp"
+                     else [path.with_suffix(".npz"), path.with_suffix(".json")])
+            for f in files:
+                if root not in f.resolve().parents:
+                    raise ValueError(f"{f} is not under the cache root {self.root}")
+                try:
+                    size = f.stat().st_size
+                    f.unlink()
+                    freed += size
+                except FileNotFoundError:
+                    pass
+        return freed
+
     def save(self, exp: Experiment | SharedUnit, cfg: Config | None, unit,
              results: Results, *, asked_by: tuple[str, ...] = ()) -> Path:
         """Write an entry: the ``.npz`` and a ``.json`` of its key and provenance (for a
@@ -226,6 +281,61 @@ class Cache:
         atomic_write(path.with_suffix(".json"),
                      (json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
         return path
+
+
+class EntryProblem(NamedTuple):
+    """A file of a cache that :meth:`Cache.verify` found cannot be served (or is stale)."""
+
+    path: Path
+    problem: str
+
+
+#: a temporary file older than this (seconds) was left by a killed write, not one in flight
+STALE_TMP_S = 3600.0
+
+
+def _verify_entry(npz: Path) -> str | None:
+    """What is wrong with the entry ``npz`` judged on its own (no experiment asked): its
+    record must read, hash to the entry's name, and name the ``.npz``'s content."""
+    try:
+        doc = json.loads(npz.with_suffix(".json").read_text())
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        return f"has no readable record ({type(exc).__name__})"
+    key = {k: v for k, v in doc.items() if k not in ("provenance", "content")}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, separators=(",", ":"),
+                                       ensure_ascii=True).encode()).hexdigest()
+    if digest[:32] != npz.stem:
+        return "is recorded under another key (moved or copied from another entry)"
+    content = doc.get("content")
+    if not isinstance(content, dict) or "sha256" not in content:
+        return "has no content record"
+    try:
+        data = npz.read_bytes()
+        if hashlib.sha256(data).hexdigest() != content["sha256"]:
+            return "does not hold the content its record names"
+        results = _results_from_bytes(data, str(npz))
+    except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+        return f"is unreadable ({type(exc).__name__})"
+    if _array_record(results) != content.get("arrays"):
+        return "does not hold the arrays its record names"
+    return None
+
+
+def _current_code(folder: str) -> dict | None:
+    """The code fingerprint entries of cache folder ``folder`` would be keyed by now (None:
+    not an experiment or shared unit of this ecosim)."""
+    from .registry import experiments
+
+    if folder.startswith("shared."):
+        module = folder[len("shared."):].rsplit(".", 1)[0]
+        try:
+            return _provenance.code_fingerprint(module)
+        except Exception:  # a module this ecosim no longer has
+            return None
+    exp = experiments().get(folder)
+    return None if exp is None else exp.code()
 
 
 def _read_entry(path: Path, exp, cfg, unit) -> tuple[Results | None, str | None]:
