@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -98,7 +99,14 @@ def test_every_figure_builds_in_smoke_mode(built, name):
     csvs = sorted(out.glob(f"{name}.*.csv"))
     docs = sorted(out.glob(f"{name}.md"))  # a figure may also write a markdown table
     assert csvs and sorted(side["files"]) == sorted(
-        [f"{name}.png", f"{name}.pdf", f"{name}.json"] + [p.name for p in csvs + docs])
+        [f"{name}.png", f"{name}.pdf", f"{name}.json", f"{name}.provenance.json"]
+        + [p.name for p in csvs + docs])
+    prov = json.loads((out / f"{name}.provenance.json").read_text())
+    assert "git_revision" not in json.dumps(prov)  # the committed part: rebuild-stable
+    for e in spec.experiments:
+        assert prov["experiments"][e]["code"] == side["experiments"][e]["code"]
+        assert prov["experiments"][e]["computed_by_source_sha256"] == sorted(
+            {c["source_sha256"] for c in side["experiments"][e]["computed_by"]})
     for path in csvs:
         rows = list(csv.reader(io.StringIO(path.read_text())))
         header, body = rows[0], rows[1:]
@@ -190,3 +198,20 @@ def test_style_context_restores_rcparams():
     with style.context():
         assert matplotlib.rcParams["axes.spines.top"] is False
     assert dict(matplotlib.rcParams) == before
+
+
+def test_committed_figures_carry_their_provenance():
+    """Each committed figure has the rebuild-stable provenance of the build that drew it, for
+    the experiments it plots (make figures rewrites both together)."""
+    root = Path(__file__).resolve().parents[1] / "figures"
+    pngs = sorted(p.stem for p in root.glob("*.png") if p.stem in F.figures())
+    assert pngs
+    for name in pngs:
+        path = root / f"{name}.provenance.json"
+        assert path.is_file(), f"{path} is missing: run make figures and commit it"
+        prov = json.loads(path.read_text())
+        assert prov["figure"] == name and prov["smoke"] is False
+        assert set(prov["experiments"]) == set(F.get(name).experiments)
+        for e, rec in prov["experiments"].items():
+            assert len(rec["code"]["source_sha256"]) == 64, (name, e)
+            assert rec["computed_by_source_sha256"], (name, e)

@@ -19,6 +19,12 @@ figure ``NAME``, into the output directory:
   checkout), and per experiment the provenance of the cached results it plots (revision, dirty
   flag and source hash of the code that computed them); ``mixed_provenance`` is true when
   those differ between units, or any was computed from a dirty checkout.
+* ``NAME.provenance.json``: the part of that record that is the same on every rebuild of the
+  same code on the same platform, so it can be committed beside the figure: versions, and per
+  experiment its config, digest and code fingerprint (source hash, package versions, Python,
+  BLAS and torch kernels) and the source hashes of the code that computed its cached results.
+  It names no git revision: a committed file cannot name the commit that holds it, and the
+  source hash identifies the code as exactly.
 
 Every file is written to a temporary name and moved into place, and left untouched (mtime
 included) when its bytes did not change.
@@ -236,6 +242,24 @@ def build(names: Sequence[str] | None = None, *, out: str | os.PathLike = "figur
                        seconds=time.perf_counter() - t0)
 
 
+def committed_provenance(sidecar: Mapping, runs: Mapping[str, _exp.Run]) -> dict:
+    """The rebuild-stable part of a figure's sidecar (``NAME.provenance.json``, see above)."""
+    return {
+        "figure": sidecar["figure"],
+        "smoke": sidecar["smoke"],
+        "versions": sidecar["versions"],
+        "experiments": {
+            e: {"version": side["version"], "digest": side["digest"],
+                "config": side["config"], "code": side["code"],
+                "computed_by_source_sha256": sorted({p.get("source_sha256") or ""
+                                                     for p in runs[e].provenance}),
+                "computed_from_dirty_checkout": any(p.get("git_dirty")
+                                                    for p in runs[e].provenance)}
+            for e, side in sidecar["experiments"].items()},
+        "mixed_provenance": sidecar["mixed_provenance"],
+    }
+
+
 def _build_one(spec: FigureSpec, runs: Mapping[str, _exp.Run], out: Path,
                smoke: bool) -> FigureReport:
     t0 = time.perf_counter()
@@ -283,9 +307,12 @@ def _build_one(spec: FigureSpec, runs: Mapping[str, _exp.Run], out: Path,
                 "computed_by": list(runs[e].provenance)}
             for e in spec.experiments},
         "mixed_provenance": any(runs[e].mixed_provenance for e in spec.experiments),
-        "files": sorted(blobs) + [f"{spec.name}.json"],
+        "files": sorted(blobs) + [f"{spec.name}.json", f"{spec.name}.provenance.json"],
     }
     blobs[f"{spec.name}.json"] = (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode()
+    blobs[f"{spec.name}.provenance.json"] = (json.dumps(
+        committed_provenance(sidecar, {e: runs[e] for e in spec.experiments}), indent=2,
+        sort_keys=True) + "\n").encode()
     written, changed = [], []
     for fname, data in blobs.items():
         path = out / fname
