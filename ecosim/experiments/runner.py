@@ -26,6 +26,7 @@ import functools
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
@@ -411,7 +412,10 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
     identical whatever the executor, because each unit is a pure function of (config, unit);
     a unit whose worker reports another code fingerprint than this process's is an error
     (see the module docstring), never cached. A shared unit is computed once, whichever
-    experiments (and how many of their units) ask for it.
+    experiments (and how many of their units) ask for it. Builds sharing one cache do not
+    compute a unit twice: each claims a unit before computing it (:meth:`Cache.claim`), and a
+    unit another live build has claimed is served from the entry that build writes (counted
+    as cached), or computed here if that build stops without writing it.
 
     Args:
         jobs: ``(experiment or name, config)`` pairs.
@@ -457,14 +461,52 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                                for p, i in todo])
 
     bars = _bars(plans, todo, progress)
+
+    def askers_of(p, i):
+        return [(p, i)] + served[(p, i)]
+
+    def deliver(p, i, by: dict) -> None:
+        """Hand the results of the entries of ``(p, i)`` and the units it serves over."""
+        for q, j in askers_of(p, i):
+            what = plans[q][4]["entries"][j][0]
+            plans[q][3][j] = by[what]
+            plans[q][4]["provenance"][j] = cache.provenance(*plans[q][4]["entries"][j])
+            if bars.get(q) is not None:
+                bars[q].update(1)
+
+    def from_peer(p, i) -> bool:
+        """Serve ``(p, i)`` from the entries another build computed, if all are there."""
+        by = {}
+        for q, j in askers_of(p, i):
+            entry = plans[q][4]["entries"][j]
+            if entry[0] not in by:
+                r = cache.load(*entry) if cache.path(*entry).with_suffix(".json").exists() \
+                    else None
+                if r is None:
+                    return False
+                by[entry[0]] = r
+        deliver(p, i, by)
+        peer_served.add((p, i))
+        return True
+
+    peer_served: set = set()  # units another build on this cache computed meanwhile
+    waiting: list = []  # units whose claim another build holds
+    heartbeat = _ClaimHeartbeat(cache)
     try:
         pending: dict[Future, tuple[int, int]] = {}
         queue = list(reversed(list(served)))
-        while queue or pending:
+        while queue or pending or waiting:
             limit = max_pending if max_pending is not None else executor_workers(executor)
             while queue and len(pending) < limit:
                 p, i = queue.pop()
                 exp, cfg, units = plans[p][:3]
+                entry = plans[p][4]["entries"][i]
+                if not cache.claim(*entry):  # another build computes it: wait for its entry
+                    waiting.append((p, i))
+                    continue
+                if from_peer(p, i):  # it finished between our look and our claim
+                    cache.release(*entry)
+                    continue
                 if plans[p][4]["start"] is None:
                     plans[p][4]["start"] = time.perf_counter()
                 what = plans[p][4]["entries"][i][0]
@@ -475,7 +517,20 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                     fut = executor.submit(_compute_shared, what.fn, dict(what.args),
                                           (what.fn.__module__,))
                 pending[fut] = (p, i)
-            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            if waiting:  # a claim released: served from its entry, or computed here
+                still = []
+                for p, i in waiting:
+                    if cache.claimed(*plans[p][4]["entries"][i]):
+                        still.append((p, i))
+                    elif not from_peer(p, i):  # that build stopped without it
+                        queue.append((p, i))
+                waiting = still
+                if not pending:
+                    if waiting and not queue:
+                        time.sleep(CLAIM_POLL_S)
+                    continue
+            done, _ = wait(list(pending), return_when=FIRST_COMPLETED,
+                           timeout=CLAIM_POLL_S if waiting else None)
             for fut in sorted(done, key=lambda f: pending[f]):
                 p, i = pending.pop(fut)
                 exp, cfg, units, found, acc = plans[p]
@@ -513,22 +568,22 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                                                 if plans[q][4]["entries"][j][0] == what)
                     if not held[what]:
                         _save(cache, what, cfg, units[i], res, tuple(dict.fromkeys(names)))
-                for q, j in askers:
-                    what = plans[q][4]["entries"][j][0]
-                    plans[q][3][j] = by[what]
-                    plans[q][4]["provenance"][j] = cache.provenance(*plans[q][4]["entries"][j])
-                    if bars.get(q) is not None:
-                        bars[q].update(1)
+                deliver(p, i, by)
+                cache.release(*entry)
                 acc["compute_s"] += seconds
                 acc["cpu_s"] += cpu
                 acc["end"] = time.perf_counter()
     finally:
+        heartbeat.stop()
+        cache.release_all()
         for bar in bars.values():
             bar.close()
 
     out = []
     computed, shared = {}, {}
-    for (p, _), waiters in served.items():
+    for (p, i), waiters in served.items():
+        if (p, i) in peer_served:  # cached: another build computed it
+            continue
         computed[p] = computed.get(p, 0) + 1
         for q, _ in waiters:
             shared[q] = shared.get(q, 0) + 1
@@ -547,6 +602,27 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
         out.append(Run(experiment=exp, config=cfg, results=results, stats=stats,
                        provenance=tuple(distinct[k] for k in sorted(distinct))))
     return out
+
+
+#: how often (seconds) a build waiting for another's claimed units looks for their entries
+CLAIM_POLL_S = 0.5
+
+
+class _ClaimHeartbeat:
+    """Refreshes the claims a build holds while it runs (a daemon thread), so other builds
+    on the same cache wait for its units instead of taking them over."""
+
+    def __init__(self, cache: Cache, every: float = 30.0):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(cache, every), daemon=True)
+        self._thread.start()
+
+    def _beat(self, cache: Cache, every: float) -> None:
+        while not self._stop.wait(every):
+            cache.refresh_claims()
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def _shared_of(what):

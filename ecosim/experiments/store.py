@@ -15,11 +15,13 @@ byte-deterministic (:func:`save_results`: stored zip members with a fixed timest
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import re
+import socket
 import sys
 import tempfile
 import time
@@ -148,6 +150,7 @@ class Cache:
         self.root = Path(root)
         self.seed = None if seed is None else Path(seed)
         self.seeded = 0
+        self._claims: set[Path] = set()
 
     def __repr__(self) -> str:
         seed = "" if self.seed is None else f", seed={str(self.seed)!r}"
@@ -211,7 +214,7 @@ class Cache:
         """Check every entry of the cache on its own, as :meth:`load` would before serving it:
         a record that reads and hashes to the entry's name, and the content it names. Also
         reported: records without results, temporary files of killed writes (older than
-        :data:`STALE_TMP_S`), and with ``stale`` entries computed by other code than this
+        :data:`STALE_TMP_S`), claims of builds that stopped, and with ``stale`` entries computed by other code than this
         ecosim's (they are never served again; :meth:`clean` frees their space).
 
         Returns:
@@ -234,6 +237,10 @@ class Cache:
                         found.append(EntryProblem(f, problem))
                 elif f.suffix == ".json" and not f.with_suffix(".npz").exists():
                     found.append(EntryProblem(f, "is a record without results"))
+                elif f.suffix == ".claim":
+                    held = _claim_holder(f)
+                    if held is None or _claim_is_stale(f, held):
+                        found.append(EntryProblem(f, "is the claim of a build that stopped"))
                 elif f.name.startswith(".") and f.suffix == ".tmp" and \
                         now - f.stat().st_mtime > STALE_TMP_S:
                     found.append(EntryProblem(f, "is a temporary file of a killed write"))
@@ -248,7 +255,7 @@ class Cache:
         freed = 0
         root = self.root.resolve()
         for path, _ in problems:
-            files = ([path] if path.suffix == ".tmp"
+            files = ([path] if path.suffix in (".tmp", ".claim")
                      else [path.with_suffix(".npz"), path.with_suffix(".json")])
             for f in files:
                 if root not in f.resolve().parents:
@@ -260,6 +267,66 @@ class Cache:
                 except FileNotFoundError:
                     pass
         return freed
+
+    # -- claims: one build computes a unit, the others wait for its entry -------------------
+    def claim(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
+              unit=None) -> bool:
+        """Claim the entry for this process to compute: True when it was free (or its claim
+        stale, or this process's), False while another live build holds it.
+
+        The claim is ``<entry>.claim``, created exclusively. It is stale when its process is
+        gone (same host) or it has not been refreshed (:meth:`refresh_claims`) for
+        :data:`CLAIM_STALE_S`, so a build killed mid-unit never blocks others for long."""
+        path = self.path(exp, cfg, unit).with_suffix(".claim")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mine = _claim_text()
+        for _ in range(3):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                held = _claim_holder(path)
+                if held == mine:
+                    return True
+                if held is not None and not _claim_is_stale(path, held):
+                    return False
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()  # stale: taken over
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(mine)
+            self._claims.add(path)
+            return True
+        return False
+
+    def claimed(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
+                unit=None) -> bool:
+        """Whether another live build holds the claim of this entry."""
+        path = self.path(exp, cfg, unit).with_suffix(".claim")
+        held = _claim_holder(path)
+        return held is not None and held != _claim_text() and not _claim_is_stale(path, held)
+
+    def release(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
+                unit=None) -> None:
+        """Give up this process's claim of the entry (nothing if it holds none)."""
+        path = self.path(exp, cfg, unit).with_suffix(".claim")
+        self._release(path)
+
+    def release_all(self) -> None:
+        """Give up every claim this process holds in this cache."""
+        for path in list(self._claims):
+            self._release(path)
+
+    def refresh_claims(self) -> None:
+        """Mark this process's claims as alive (their mtime), so no build takes them over."""
+        for path in list(self._claims):
+            with contextlib.suppress(OSError):
+                os.utime(path)
+
+    def _release(self, path: Path) -> None:
+        if _claim_holder(path) == _claim_text():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        self._claims.discard(path)
 
     def save(self, exp: Experiment | SharedUnit, cfg: Config | None, unit,
              results: Results, *, asked_by: tuple[str, ...] = ()) -> Path:
@@ -281,6 +348,36 @@ class Cache:
         atomic_write(path.with_suffix(".json"),
                      (json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
         return path
+
+
+#: a claim not refreshed for this long (seconds) belongs to a build that stopped
+CLAIM_STALE_S = 300.0
+
+
+def _claim_text() -> str:
+    return f"{socket.gethostname()} {os.getpid()}\n"
+
+
+def _claim_holder(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _claim_is_stale(path: Path, held: str) -> bool:
+    host, _, pid = held.strip().rpartition(" ")
+    if host == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # alive, another user's
+    try:
+        return time.time() - path.stat().st_mtime > CLAIM_STALE_S
+    except FileNotFoundError:
+        return True
 
 
 class EntryProblem(NamedTuple):
