@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from ecosim import experiments as E
 from ecosim.experiments import store
