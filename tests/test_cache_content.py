@@ -108,3 +108,82 @@ def test_the_record_is_written_after_the_entry_and_names_its_content(tmp_path):
 def test_an_empty_cache_root_is_refused():
     with pytest.raises(ValueError, match="Cache: root must be a non-empty path, got ''"):
         E.Cache("")
+
+
+# -- a fuzz of tampering: nothing changed is ever served -------------------------------------------
+
+TAMPER = ("swap_npz", "swap_both", "truncate", "flip_byte", "edit_array", "drop_array",
+          "change_dtype")
+
+
+def _tamper(kind, a, b, data):
+    from hypothesis import strategies as st
+
+    if kind == "swap_npz":
+        a.write_bytes(b.read_bytes())
+    elif kind == "swap_both":
+        a.write_bytes(b.read_bytes())
+        a.with_suffix(".json").write_bytes(b.with_suffix(".json").read_bytes())
+    elif kind == "truncate":
+        raw = a.read_bytes()
+        a.write_bytes(raw[:data.draw(st.integers(0, len(raw) - 1), label="keep")])
+    elif kind == "flip_byte":
+        raw = bytearray(a.read_bytes())
+        i = data.draw(st.integers(0, len(raw) - 1), label="byte")
+        raw[i] ^= data.draw(st.integers(1, 255), label="mask")
+        a.write_bytes(bytes(raw))
+    else:
+        with np.load(a, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        name = data.draw(st.sampled_from(sorted(arrays)), label="array")
+        if kind == "edit_array":
+            x = arrays[name].copy().reshape(-1)
+            if x.size == 0:
+                arrays[name] = np.zeros(1, x.dtype)
+            else:
+                i = data.draw(st.integers(0, x.size - 1), label="element")
+                x[i] = x[i] + 1 if x.dtype.kind in "fiu" else not x[i]
+                arrays[name] = x.reshape(arrays[name].shape)
+        elif kind == "drop_array":
+            del arrays[name]
+        else:
+            x = arrays[name]
+            if x.dtype.kind == "U":  # a wider string dtype
+                arrays[name] = x.astype(f"<U{x.dtype.itemsize // 4 + 1}")
+            elif x.dtype.kind == "b":
+                arrays[name] = x.astype(np.int8)
+            else:
+                arrays[name] = x.astype(np.float32 if x.dtype != np.float32 else np.float64)
+        a.write_bytes(results_bytes(arrays))
+
+
+def test_fuzz_tampered_entries_are_never_served(tmp_path_factory):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    cfg = ToyConfig().smoke()
+    clean_root = tmp_path_factory.mktemp("clean")
+    clean = E.run(TOY, cfg, cache=clean_root)
+    n = len(_entries(clean_root))
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(kind=st.sampled_from(TAMPER), pair=st.permutations(range(n)), data=st.data())
+    def check(kind, pair, data):
+        root = tmp_path_factory.mktemp("fuzz")
+        for p in clean_root.rglob("*"):
+            if p.is_file():
+                dst = root / p.relative_to(clean_root)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.write_bytes(p.read_bytes())
+        entries = _entries(root)
+        a, b = entries[pair[0]], entries[pair[1]]
+        before = a.read_bytes()
+        _tamper(kind, a, b, data)
+        changed = a.read_bytes() != before or kind == "swap_both"
+        assert E.Cache(root).verify() != [] or not changed
+        run = E.run(TOY, cfg, cache=root)
+        assert run.stats.computed == (1 if changed else 0)
+        assert results_bytes(run.results) == results_bytes(clean.results)
+        assert E.Cache(root).verify() == []
+
+    check()

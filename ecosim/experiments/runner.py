@@ -474,14 +474,14 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
             if bars.get(q) is not None:
                 bars[q].update(1)
 
-    def from_peer(p, i) -> bool:
+    def from_peer(p, i, notice=True) -> bool:
         """Serve ``(p, i)`` from the entries another build computed, if all are there."""
         by = {}
         for q, j in askers_of(p, i):
             entry = plans[q][4]["entries"][j]
             if entry[0] not in by:
-                r = cache.load(*entry) if cache.path(*entry).with_suffix(".json").exists() \
-                    else None
+                r = (cache.load(*entry, notice=notice)
+                     if cache.path(*entry).with_suffix(".json").exists() else None)
                 if r is None:
                     return False
                 by[entry[0]] = r
@@ -504,7 +504,7 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
                 if not cache.claim(*entry):  # another build computes it: wait for its entry
                     waiting.append((p, i))
                     continue
-                if from_peer(p, i):  # it finished between our look and our claim
+                if from_peer(p, i, notice=False):  # finished between our look and claim
                     cache.release(*entry)
                     continue
                 if plans[p][4]["start"] is None:

@@ -165,7 +165,7 @@ class Cache:
         return self.root / exp.name / f"{exp.digest(cfg, unit)[:32]}.npz"
 
     def load(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
-             unit=None) -> Results | None:
+             unit=None, *, notice: bool = True) -> Results | None:
         """Cached results, or None when the entry is absent or cannot be trusted (then it is
         recomputed, and a one-line notice on stderr says why).
 
@@ -174,12 +174,13 @@ class Cache:
         shape and dtype): an entry copied over another, edited, cut short or left without its
         record is recomputed, never served. Where ``root`` has no entry and the cache has a
         ``seed`` directory holding one that passes the same checks, both files are copied
-        into ``root`` and served (counted in :attr:`seeded`)."""
+        into ``root`` and served (counted in :attr:`seeded`). ``notice=False``: no notice
+        (a second look at an entry already reported)."""
         path = self.path(exp, cfg, unit)
         if not path.exists():
             return self._from_seed(exp, cfg, unit, path)
         results, problem = _read_entry(path, exp, cfg, unit)
-        if problem is not None:
+        if problem is not None and notice:
             print(f"ecosim: cache entry {path} {problem}; recomputing it", file=sys.stderr)
         return results
 
