@@ -115,6 +115,9 @@ def n_scales(q: Quantizer, shape: tuple[int, ...]) -> int:
     if q.granularity == "row":
         return math.prod(shape[:-1])
     if q.granularity == "column":
+        if len(shape) == 1:  # the quantizer refuses it: see Quantizer._blocked
+            raise ValueError(f"granularity='column' needs an array of 2 or more dimensions "
+                             f"(one scale per column), got shape {shape}")
         return shape[-1]
     return math.prod(shape) // q.granularity
 

@@ -338,6 +338,11 @@ def test_quantizer_of_empty_tensors_equals_numpy(shape, scale):
     for gran in ("tensor", "row", "column", 1):
         qt, qn = (m.Quantizer("int4", granularity=gran, scale=scale) for m in (et, ecosim))
         xt = torch.from_numpy(x)
+        if gran == "column" and len(shape) == 1 and scale != 0.5:  # both refuse 1-D
+            for f in (lambda: qt.scales(xt), lambda: qn.scales(x)):
+                with pytest.raises(ValueError, match="granularity='column' needs an array"):
+                    f()
+            continue
         assert_same_bits(qt.scales(xt), qn.scales(x))
         assert tuple(qt.encode(xt).scales.shape) == np.asarray(qn.encode(x).scales).shape
         got = qt(xt)
@@ -398,7 +403,8 @@ def test_absmean_scales_sum_in_numpys_order(dtype, shape):
     matters)."""
     r = np.random.default_rng(len(shape))
     x = (r.standard_normal(shape) * np.exp(r.uniform(-25, 25, shape))).astype(dtype)
-    for gran in ("tensor", "row", "column") + ((5,) if shape[-1] % 5 == 0 else ()):
+    for gran in ("tensor", "row") + (("column",) if len(shape) > 1 else ()) + (
+            (5,) if shape[-1] % 5 == 0 else ()):
         q, qt = (cls("ternary", scale="absmean", granularity=gran)
                  for cls in (ecosim.Quantizer, et.Quantizer))
         assert_same_bits(qt.scales(to_torch(x)), q.scales(x))

@@ -24,7 +24,7 @@ from ..checks import NonFiniteGradient, check_bool
 from ..optim.base import resolve_states as _np_resolve_states
 from ..optim.base import weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer
-from ..optim.schemes import REGISTRY, Scheme, all_buffers, get, is_eco, torch_names_for
+from ..optim.schemes import REGISTRY, Scheme, get, is_eco, torch_names_for
 from .dtensor import (_check_sharded_quantizer, _Shard, _shard_of, _ShardKey, _sr_key,
                       is_dtensor, local_tensor)
 from .nn import _Codec, stored
@@ -69,6 +69,7 @@ class _Meta:
     codec: _Codec | None = None  # the weight quantizer's storage
     comp: _Codec | None = None  # Kahan's compensation buffer
     shard: "_Shard | None" = None  # where this process's rows sit (DTensor parameters)
+    shape: tuple = ()  # the parameter's (local) shape its states were built for
 
 
 class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
@@ -184,7 +185,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         meta = _Meta(name, q, layer, self.scheme if q is not None else "fp",
                      self._scheme_record() if q is not None else REGISTRY["fp"],
                      layer._codec if layer is not None else (_Codec(q) if q else None),
-                     shard=shard)
+                     shard=shard, shape=tuple(local_tensor(p).shape))
         if "c" in meta.sch.buffers:
             meta.comp = _Codec(compensation_quantizer(q))
         if shard is not None:
@@ -355,22 +356,17 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         """``(name, parameter, gradient)`` of the parameters of ``group`` that have a gradient
         (``.grad`` None: skipped, as ``torch.optim`` does), their gradients checked."""
         items = []
-        buffers = ("m", "v") + all_buffers()
         for name, p in zip(group["names"], group["params"]):
             if p.grad is None:
                 continue
             if p.grad.is_sparse:
                 raise ValueError(f"parameter {name!r} has a sparse gradient (not supported)")
             g = local_tensor(p.grad).detach()
-            st = self.state.get(p)
-            if st:  # a parameter resized (or given a state) after its state was built
-                for k in buffers:
-                    v = st.get(k)
-                    if isinstance(v, torch.Tensor) and v.shape != g.shape:
-                        raise ValueError(f"state buffer {k!r} of parameter {name!r} has shape "
-                                         f"{tuple(v.shape)}, the parameter and its gradient "
-                                         f"{tuple(g.shape)}: was the parameter resized after "
-                                         "the optimizer was built? Build a new optimizer")
+            built = self._meta[name].shape
+            if tuple(g.shape) != built:  # resized after its states were built for it
+                raise ValueError(f"parameter {name!r} has shape {tuple(g.shape)} but its "
+                                 f"optimizer states were built for {built}: was it resized "
+                                 "after the optimizer was built? Build a new optimizer")
             items.append((name, p, g))
         # min and max propagate NaN and show inf: one pass per gradient (isfinite().all() is
         # ~10x slower on the CPU) and one device sync per group; the slow check only names
