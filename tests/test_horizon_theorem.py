@@ -178,7 +178,8 @@ def test_theorem_verdicts_list_and_table():
     res = _results(_theory_like)
     rows = HC.theorem_verdicts(res)
     claims = [v["claim"] for v in rows]
-    assert len(claims) == len(set(claims)) == 4 + 1 + 4 + 3
+    # weights: 3 widths (a = 2, 1/2, 1) and M = 6; g, m, v: a = theory, M = 6 and M = 1
+    assert len(claims) == len(set(claims)) == 3 + 1 + 3 * 3
     flat = HC.theorem_verdicts(_results(lambda b, k, M, s: 1.0 + 0.01 * s))
     assert {v["verdict"] for v in flat if "fixed M" in v["claim"]} == {"loose here"}
     table = HC.theorem_markdown_table(res)

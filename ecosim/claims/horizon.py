@@ -236,9 +236,12 @@ CALIBRATION_RATIO = 1.1
 SUFFICIENT_RATIO = 1.25
 #: Bar of the tightness reading: log2(ratio) per doubling of T.
 TIGHT_SLOPE = 0.05
+#: Further orders of the weights' growing width that ``theorem_verdicts`` reads.
+WEIGHT_ORDERS = (0.5, 1.0)
 _THEOREM_REQUIRED = ("optimizer", "horizon", "buffer", "mantissa", "ratio", "geo_ratio")
 _THEOREM_LABEL = {"adam": "Adam", "muon": "Muon"}
-__all__ += ["CALIBRATION_RATIO", "SUFFICIENT_RATIO", "TIGHT_SLOPE", "theorem_width",
+__all__ += ["CALIBRATION_RATIO", "SUFFICIENT_RATIO", "TIGHT_SLOPE", "WEIGHT_ORDERS",
+            "theorem_width",
             "smallest_widths", "sufficiency_verdict", "tightness_verdict", "theorem_verdicts",
             "theorem_markdown_table"]
 
@@ -373,7 +376,8 @@ def tightness_verdict(results: Mapping, optimizer: str, buffer: str, mantissa: i
 
 def theorem_verdicts(results: Mapping, fixed_mantissa: int = 6) -> list[dict]:
     """Every reading of ``horizon_theorem``: per optimizer and buffer, sufficiency at the
-    theorem's order, then for the weights also at half a bit per doubling; tightness at
+    theorem's order, then for the weights also at :data:`WEIGHT_ORDERS` (half a bit and one
+    bit per doubling: where between them the weights' need lies); tightness at
     ``fixed_mantissa`` for every buffer, and at the narrowest scanned width for g, m, v."""
     _theorem_check(results)
     out = []
@@ -383,9 +387,9 @@ def theorem_verdicts(results: Mapping, fixed_mantissa: int = 6) -> list[dict]:
         for k, b in enumerate(str(x) for x in results["buffer"]):
             if np.isnan(geo[i, :, k]).all():      # Muon's v
                 continue
-            out.append(sufficiency_verdict(results, o, b))
-            if b == "weights" and ERROR_ORDERS[o][b] != 0.5:
-                out.append(sufficiency_verdict(results, o, b, a=0.5))
+            orders = dict.fromkeys([ERROR_ORDERS[o][b]] + (list(WEIGHT_ORDERS)
+                                                            if b == "weights" else []))
+            out += [sufficiency_verdict(results, o, b, a=a) for a in orders]
             out.append(tightness_verdict(results, o, b, fixed_mantissa))
             if b != "weights" and lo != fixed_mantissa:
                 out.append(tightness_verdict(results, o, b, lo))

@@ -26,8 +26,9 @@ stored quantized, no master copy), every M from 1 to 30. Plotted: the mean over 
 ||grad f(W_t)||^2 (noise-free) over the unquantized run's with the same seed and noise,
 geometric mean over 5 seeds (dots: the seeds). Left: a fixed width (solid M = 6; dashed
 M = 1 for g, m, v). Right: the width ceil(a log2 T) + c with the theorem's order a (solid;
-c calibrated at T = 250 to the smallest width with ratio <= 1.1) and, for the weights, a = 1/2
-(dash-dot); the width is written at each point. The dotted line is the sufficiency bar 1.25.
+c calibrated at T = 250 to the smallest width with ratio <= 1.1) and, for the weights, also
+a = 1/2 (dash-dot) and a = 1 (dotted), where the theorem's order differs; the width is written
+at each point. The grey dotted line is the sufficiency bar 1.25.
 The readings (sufficiency, tightness) are figures/horizon_theorem.md.
 """
 
@@ -36,6 +37,7 @@ _COLORS = {"weights": style.COLORS["red"], "g": style.COLORS["blue"],
 _LABELS = {"weights": "weights W (no master)", "g": "gradient g", "m": "1st moment m",
            "v": "2nd moment v"}
 _OPT = {"adam": "Adam", "muon": "Muon"}
+_ORDER_STYLES = {0.5: "-.", 1.0: (0, (1, 1))}
 
 
 def _tick_labels(T):
@@ -104,8 +106,9 @@ def horizon_theorem(horizon_theorem):
                             r["ratio"][i, :, k, n].reshape(-1), ls="none", marker=".",
                             ms=2, color=c, alpha=0.4)
             else:
-                a_list = [(None, "-")] + ([(0.5, "-.")] if b == "weights"
-                                         and HC.ERROR_ORDERS[o][b] != 0.5 else [])
+                a_list = [(None, "-")] + [
+                    (a, _ORDER_STYLES[a]) for a in HC.WEIGHT_ORDERS
+                    if b == "weights" and a != HC.ERROR_ORDERS[o][b]]
                 for a, ls in a_list:
                     v = HC.sufficiency_verdict(r, o, b, a=a)
                     if v["ratios"] is None:
@@ -114,7 +117,7 @@ def horizon_theorem(horizon_theorem):
                     for xx, yy, w in zip(x + dx, v["ratios"], v["widths"]):
                         ax.annotate(str(int(w)), (xx, yy), textcoords="offset points",
                                     xytext=(0, 3), fontsize=5.5, color=c, ha="center")
-        ax.axhline(HC.SUFFICIENT_RATIO, color=style.COLORS["grey"], lw=0.8, ls=":")
+        ax.axhline(HC.SUFFICIENT_RATIO, color=style.COLORS["grey"], lw=0.8, ls=(0, (2, 3)))
         ax.axhline(1.0, color=style.COLORS["black"], lw=0.5, alpha=0.5)
         ax.set_yscale("log")
         plain = FuncFormatter(lambda v, _: f"{v:g}")
@@ -130,8 +133,10 @@ def horizon_theorem(horizon_theorem):
         ax.set_title(f"({letter}) {_OPT.get(o, o)}, {what}", fontsize=9.5)
     handles = [Line2D([], [], color=_COLORS[b], lw=1.2, label=_LABELS[b]) for b in bufs]
     handles += [Line2D([], [], color="#555555", lw=1.0, ls="--", label="M = 1 (g, m, v)"),
-                Line2D([], [], color="#555555", lw=1.0, ls="-.", label="a = 1/2 (weights)")]
-    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8)
+                Line2D([], [], color="#555555", lw=1.0, ls="-.", label="a = 1/2 (weights)"),
+                Line2D([], [], color="#555555", lw=1.0, ls=(0, (1, 1)),
+                       label="a = 1 (weights)")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=7.5)
     tables = {"ratios": {k: np.array(v) for k, v in rows.items()}}
     md = (HC.theorem_markdown_table(r, fixed) + "\n\n" + widths_markdown(r))
     return fig, tables, md
