@@ -329,6 +329,11 @@ def sufficiency_verdict(results: Mapping, optimizer: str, buffer: str, a: float 
             "verdict": "holds" if worst <= threshold else "does not hold"}
 
 
+def _z(x: float) -> str:
+    """``x`` to 3 decimals, without a sign on a value that rounds to zero."""
+    return f"{round(float(x), 3) + 0.0:.3f}"
+
+
 def tightness_verdict(results: Mapping, optimizer: str, buffer: str, mantissa: int,
                       min_slope: float = TIGHT_SLOPE) -> dict:
     """Does the ratio grow with T at the fixed width ``mantissa``?
@@ -369,8 +374,8 @@ def tightness_verdict(results: Mapping, optimizer: str, buffer: str, mantissa: i
             "slope": ci["mean"], "lo": ci["lo"], "hi": ci["hi"], "n": int(ci["n"]),
             "min_slope": float(min_slope), "ratios": geo,
             "measured": (f"ratio {float(geo[0]):.3f} at T = {int(T[0])} to {float(geo[-1]):.3f}"
-                         f" at T = {int(T[-1])}; slope {ci['mean']:.3f} [{ci['lo']:.3f}, "
-                         f"{ci['hi']:.3f}] bit per doubling over {ci['n']} seeds{note}"),
+                         f" at T = {int(T[-1])}; slope {_z(ci['mean'])} [{_z(ci['lo'])}, "
+                         f"{_z(ci['hi'])}] bit per doubling over {ci['n']} seeds{note}"),
             "verdict": verdict}
 
 
