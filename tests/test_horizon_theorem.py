@@ -170,6 +170,11 @@ def test_tightness_verdict_controls():
     assert HC.tightness_verdict(noisy, "adam", "g", 6)["verdict"] == "not resolved"
     with pytest.raises(ValueError, match="scanned mantissa"):
         HC.tightness_verdict(res, "adam", "g", 99)
+    no_v = dict(res, geo_ratio=np.where(np.arange(4)[None, None, :, None] == 3, np.nan,
+                                        res["geo_ratio"]))
+    with pytest.raises(ValueError, match="no buffer 'v'"):
+        HC.tightness_verdict(no_v, "adam", "v", 6)
+    np.testing.assert_array_equal(HC.theorem_width([256, 1000, 16384], 0.5, 1), [5, 6, 8])
 
 
 def test_theorem_verdicts_list_and_table():

@@ -258,8 +258,7 @@ def _index(results: Mapping, optimizer: str, buffer: str) -> tuple[int, int]:
         raise ValueError(f"expected an optimizer in {opts} and a buffer in {bufs}, got "
                          f"{optimizer!r}, {buffer!r}")
     i, k = opts.index(optimizer), bufs.index(buffer)
-    if not np.isfinite(np.asarray(results["geo_ratio"])[i, :, k]).any() and \
-            np.isnan(np.asarray(results["geo_ratio"])[i, :, k]).all():
+    if np.isnan(np.asarray(results["geo_ratio"])[i, :, k]).all():
         raise ValueError(f"{optimizer} has no buffer {buffer!r} in these results")
     return i, k
 
@@ -267,6 +266,7 @@ def _index(results: Mapping, optimizer: str, buffer: str) -> tuple[int, int]:
 def theorem_width(horizons, a: float, c: int) -> np.ndarray:
     """``ceil(a log2 T) + c`` per horizon (int64)."""
     T = np.asarray(horizons, np.float64)
+    # the 1e-12 keeps an exact integer a log2 T (a power of two) from a ceil one bit too high
     return (np.ceil(a * np.log2(T) - 1e-12) + c).astype(np.int64)
 
 
