@@ -16,7 +16,7 @@ from . import mantissa_sweep, compressed_states, relative_error  # noqa: E402,F4
 from . import lm  # noqa: E402,F401  isort: skip
 from . import lm_moe  # noqa: E402,F401  isort: skip
 from . import eco_adam  # noqa: E402,F401  isort: skip
-from . import precision_horizon  # noqa: E402,F401  isort: skip
+from . import precision_horizon, horizon_theorem  # noqa: E402,F401  isort: skip
 from . import dqt  # noqa: E402,F401  isort: skip
 from . import dqt_lm  # noqa: E402,F401  isort: skip
 from . import sr_bits  # noqa: E402,F401  isort: skip
