@@ -52,7 +52,7 @@ import numpy as np
 from .. import rng
 from ..optim.muon import NS_COEFFICIENTS
 from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
-                   nonempty, one_of, positive)
+                   nonempty, one_of, positive, rng_key)
 
 __all__ = ["HorizonTheoremConfig", "BUFFERS", "OPTIMIZERS", "round_mantissa", "buffers_of",
            "simulate"]
@@ -121,7 +121,7 @@ class HorizonTheoremConfig(Config):
     CHECKS: ClassVar[dict] = {
         "optimizers": (nonempty, distinct, one_of(OPTIMIZERS)),
         "horizons": (nonempty, distinct, at_least(2)),
-        "seeds": at_least(1), "key": non_negative,
+        "seeds": at_least(1), "key": rng_key,
         # rounding on float64 words: 1 <= M <= 51
         "m_min": interval("[1, 51]"), "m_max": interval("[1, 51]"),
         "size": at_least(1), "samples": at_least(1), "noise": non_negative,

@@ -1,7 +1,7 @@
-"""The seed cache shipped with ecosim: the language-model experiments' units, trained once.
+"""The seed cache shipped with ecosim: the costliest experiments' units, computed once.
 
-``make figures`` trains no language model when this directory holds an entry for every unit
-it asks for: :class:`~.store.Cache` (with ``seed=SEED_DIR``) copies a seed entry into the
+``make figures`` trains no language model (and runs no other experiment of :data:`SEEDED`)
+when this directory holds an entry for every unit it asks for: :class:`~.store.Cache` (with ``seed=SEED_DIR``) copies a seed entry into the
 working cache and serves it, with the checks of an ordinary entry (the key recorded beside it
 must be the key asked for, the ``.npz`` must hold the bytes and arrays its record names). The
 key holds the SHA-256 of every ecosim source file the experiment imports, the package versions,
@@ -33,8 +33,10 @@ __all__ = ["SEEDED", "SEED_DIR", "make_seed", "seed_entries"]
 SEED_DIR = Path(__file__).resolve().parent.parent / "data" / "seed_cache"
 """Where the shipped seed lives (package data)."""
 
-SEEDED = ("lm", "dqt_lm", "lm_moe", "lm_eco_adam", "lm_finetune")
-"""The experiments whose default units the seed holds: those that train language models."""
+SEEDED = ("lm", "dqt_lm", "lm_moe", "lm_eco_adam", "lm_finetune", "horizon_theorem")
+"""The experiments whose default units the seed holds: those that train language models, and
+``horizon_theorem`` (every mantissa width at seven horizons: the costliest NumPy experiment),
+so that ``make figures`` fits its time on two cores."""
 
 
 def seed_entries(names=SEEDED) -> list[tuple]:
