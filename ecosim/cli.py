@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ecosim",
         description="ecosim: quantized training without master weights (ECO), simulated. "
                     "Regenerate the figures, list what exists, run one experiment.")
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"ecosim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -82,7 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.set_defaults(func=_cmd_figures)
 
-    p = sub.add_parser("list", help="list figures and experiments (with config fields)")
+    p = sub.add_parser("list", help="list figures and experiments (NAME: one experiment's "
+                                    "config fields)")
+    p.add_argument("name", nargs="?", metavar="NAME",
+                   help="an experiment: list its config fields, defaults and smoke values")
+    p.add_argument("--fields", action="store_true",
+                   help="list every experiment's config fields too")
     p.set_defaults(func=_cmd_list)
 
     p = sub.add_parser("run", help="run one experiment (cached) and summarise its results",
@@ -357,19 +365,36 @@ def _cmd_list(args) -> int:
     from . import experiments as E
     from . import figures as F
 
-    print("figures (ecosim figures --only NAME):")
-    for name, spec in F.figures().items():
-        first = spec.caption.split(". ")[0].rstrip(".")
-        print(f"  {name:<20} from {', '.join(spec.experiments):<24} {first}")
-    print("\nexperiments (ecosim run NAME --set key=value):")
-    for name, exp in E.experiments().items():
-        units = "one unit" if exp.units is None else "split into units"
-        print(f"  {name:<20} version {exp.version}, {units}: {exp.description}")
+    def fields(exp) -> None:
         smoke = dict(exp.config.SMOKE)
         for field, tp, default in exp.config.field_help():
             note = f"   (smoke: {smoke[field]!r})" if field in smoke else ""
             print(f"      {field} : {tp} = {default!r}{note}")
+
+    if args.name is not None:
+        try:
+            exp = E.get(args.name)
+        except KeyError as exc:
+            raise _UsageError(exc.args[0]) from None
+        print(f"{exp.name} (version {exp.version}): {exp.description}")
+        print("  config fields (ecosim run NAME --set field=value):")
+        fields(exp)
+        return 0
+    print("figures (ecosim figures --only NAME):")
+    for name, spec in F.figures().items():
+        print(f"  {name:<20} {_first_sentence(spec.caption)}")
+    print("\nexperiments (ecosim run NAME; ecosim list NAME: its config fields):")
+    for name, exp in E.experiments().items():
+        print(f"  {name:<20} {_first_sentence(exp.description)}")
+        if args.fields:
+            fields(exp)
     return 0
+
+
+def _first_sentence(text: str, width: int = 76) -> str:
+    """The first sentence of ``text`` on one line, cut at ``width`` characters."""
+    first = " ".join(text.split()).split(". ")[0].rstrip(".")
+    return first if len(first) <= width else first[:width - 3].rstrip() + "..."
 
 
 def _cmd_run(args) -> int:
@@ -417,16 +442,40 @@ def _cmd_run(args) -> int:
           f"{time.perf_counter() - t0:.2f} s); "
           f"cache {cache.root / exp.name}"
           + (f" (shared units: {cache.root}/shared.*)" if exp.share is not None else ""))
-    with np.printoptions(precision=6, threshold=8, edgeitems=3, linewidth=100):
-        for key, arr in run.results.items():
-            shape = "x".join(map(str, arr.shape)) or "scalar"
-            body = np.array2string(arr, separator=", ") if arr.ndim else repr(arr.item())
-            body = " ".join(body.split())
-            print(f"  {key:<22} {str(arr.dtype):<8} {shape:<8} {body}")
+    for key, arr in run.results.items():
+        shape = "x".join(map(str, arr.shape)) or "scalar"
+        print(f"  {key:<22} {str(arr.dtype):<8} {shape:<10} {_summary(arr)}")
     if args.save:
         path = E.save_results(args.save, run.results)
         print(f"results written to {path}")
     return 0
+
+
+def _summary(arr, width: int = 60) -> str:
+    """A one-line view of a result array: its values when few, else its range and mean."""
+    import numpy as np
+
+    if arr.ndim == 0:
+        text = repr(arr.item())
+    elif arr.size <= 6 and arr.ndim == 1:
+        with np.printoptions(precision=6):
+            text = " ".join(np.array2string(arr, separator=", ").split())
+    elif arr.dtype.kind in "fiu":
+        x = arr.astype(np.float64)
+        ok = np.isfinite(x)
+        n_bad = int(x.size - ok.sum())
+        if ok.any():
+            text = (f"min {x[ok].min():.6g}, mean {x[ok].mean():.6g}, max {x[ok].max():.6g}"
+                    + (f", {n_bad} non-finite" if n_bad else ""))
+        else:
+            text = "all non-finite" if x.size else "empty"
+    elif arr.dtype.kind == "b":
+        text = f"{int(arr.sum())} of {arr.size} true"
+    else:
+        values = list(dict.fromkeys(map(str, arr.reshape(-1))))
+        text = ", ".join(values[:4]) + (f", ... ({len(values)} distinct)" if len(values) > 4
+                                         else "")
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _cmd_readme(args) -> int:

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+import ecosim
+import ecosim.experiments as E
+import ecosim.figures as F
 from ecosim.cli import main
 
 
@@ -19,8 +22,29 @@ def _bytes(path: Path) -> dict[str, bytes]:
 def test_list(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "figures" in out and "experiments" in out
-    assert "grids" in out and "sr_samples : int = 100000   (smoke: 2000)" in out
+    assert "figures" in out and "experiments" in out and "grids" in out
+    assert "sr_samples" not in out and max(map(len, out.splitlines())) <= 100
+    assert len(out.splitlines()) < 3 + len(F.figures()) + len(E.experiments()) + 2
+    assert main(["list", "grids"]) == 0
+    assert "sr_samples : int = 100000   (smoke: 2000)" in capsys.readouterr().out
+    assert main(["list", "--fields"]) == 0
+    assert "sr_samples : int = 100000   (smoke: 2000)" in capsys.readouterr().out
+    assert main(["list", "grid"]) == 2
+    assert "did you mean 'grids'" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"ecosim {ecosim.__version__}"
+
+
+def test_run_summary_lines_are_short(capsys, tmp_path):
+    assert main(["run", "rtn_stall", "--smoke", "--cache", str(tmp_path / "c"),
+                 "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = [line for line in lines if line.startswith("  ")]
+    assert table and max(map(len, table)) <= 110, max(table, key=len)
+    assert any("min " in line and "mean " in line for line in table)
 
 
 def test_usage_errors_exit_2(capsys, tmp_path):

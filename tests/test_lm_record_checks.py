@@ -78,3 +78,17 @@ def test_diverge_loss_is_in_the_record(corpus):
     r = lm.train(_cfg(corpus, steps=2, diverge_loss=50.0))
     assert r["diverge_loss"] == 50.0 and r["diverged"] is False
     assert json.loads(json.dumps(r))["diverge_loss"] == 50.0
+
+
+def test_help_shows_every_default_and_no_options_prints_it(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        lm.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for piece in ("(default: tiny)", "(default: fp8_eco_sr)", "(default: 200)",
+                  "(default: the preset's)", "(default: 0.1)", "(default: codes)",
+                  "(default: steps // 10)", "(default: not written)"):
+        assert piece in text, piece
+    assert lm.main([]) == 0
+    assert capsys.readouterr().out.startswith("usage: python -m ecosim.torch.lm")
+    assert list(tmp_path.iterdir()) == []  # nothing trained, nothing written

@@ -32,51 +32,77 @@ def _listing() -> str:
     return "\n".join(lines)
 
 
+class _Help(argparse.HelpFormatter):
+    """Every option's default in its help line (options whose default depends on the preset
+    or the run say so in their own words)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 def _parser() -> argparse.ArgumentParser:
     d = LMConfig()
     ap = argparse.ArgumentParser(
-        prog="python -m ecosim.torch.lm",
+        prog="python -m ecosim.torch.lm", formatter_class=_Help,
         description="Pretrain a byte-level Llama-style LM with quantized weights (ECO, "
-                    "naive, master) and append a JSON results record.")
+                    "naive, master) and append a JSON results record. With no options it "
+                    "prints this help; try --preset tiny --steps 200.")
     ap.add_argument("--list", action="store_true", help="list presets and methods, then exit")
-    ap.add_argument("--preset", default=d.preset, choices=list(PRESETS),
+    ap.add_argument("--preset", default=d.preset, choices=list(PRESETS), metavar="PRESET",
                     help="model preset (see --list)")
     ap.add_argument("--method", default=d.method, choices=[*METHODS, *INT4_METHODS],
-                    help="Table 1 method (fp32: unquantized reference; int4_*: INT4 weights, "
-                         "one scale per tensor)")
-    ap.add_argument("--steps", type=int, default=d.steps)
-    ap.add_argument("--batch", type=int, help="sequences per micro-batch and process")
+                    metavar="METHOD", help="Table 1 method, see --list (fp32: unquantized "
+                         "reference; int4_*: INT4 weights, one scale per tensor)")
+    ap.add_argument("--steps", type=int, default=d.steps,
+                    help="optimizer steps of the run (the schedule's length)")
+    ap.add_argument("--batch", type=int,
+                    help="sequences per micro-batch and process (default: the preset's)")
     ap.add_argument("--global-batch", type=int,
-                    help="sequences per step (= batch * grad_accum * world size)")
-    ap.add_argument("--seq", type=int, help="sequence length in bytes")
-    ap.add_argument("--grad-accum", type=int, default=d.grad_accum)
+                    help="sequences per step (= batch * grad_accum * world size; default: "
+                         "from --batch)")
+    ap.add_argument("--seq", type=int, help="sequence length in bytes (default: the preset's)")
+    ap.add_argument("--grad-accum", type=int, default=d.grad_accum,
+                    help="micro-batches accumulated per process and step")
     ap.add_argument("--lr", type=float, help="peak learning rate (default: the preset's)")
-    ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--seed", type=int, default=d.seed,
+                    help="root of every random draw (init, data order, SR)")
     ap.add_argument("--data", help="text file or folder (default: the stdlib's .py files; "
                                    "stdlib:.txt: its .txt files)")
     ap.add_argument("--init-from", metavar="CHECKPOINT",
                     help="start from the model weights of this finished checkpoint (file or "
                          "--out folder) of the same preset; own optimizer and schedule")
     ap.add_argument("--device", default=d.device, help="cpu, cuda or cuda:N")
-    ap.add_argument("--eval-every", type=int)
-    ap.add_argument("--eval-batches", type=int, default=d.eval_batches)
-    ap.add_argument("--log-every", type=int)
-    ap.add_argument("--out", help="checkpoint folder")
-    ap.add_argument("--results", help="JSON-lines file to append the record to")
+    ap.add_argument("--eval-every", type=int,
+                    help="validation every this many steps and at the end (default: steps "
+                         "// 10)")
+    ap.add_argument("--eval-batches", type=int, default=d.eval_batches,
+                    help="validation batches per evaluation")
+    ap.add_argument("--log-every", type=int,
+                    help="a curve point every this many steps (default: steps // 100)")
+    ap.add_argument("--out", help="checkpoint folder (default: no checkpoint)")
+    ap.add_argument("--results",
+                    help="JSON-lines file to append the record to (default: not written)")
     ap.add_argument("--resume", action="store_true", help="continue the run in --out")
     ap.add_argument("--overwrite", action="store_true",
                     help="start afresh even if --out holds a checkpoint (it is replaced)")
     ap.add_argument("--stop-after", type=int, help="checkpoint and stop after this step")
-    ap.add_argument("--ckpt-every", type=int)
-    ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--warmup", type=float, default=d.warmup)
+    ap.add_argument("--ckpt-every", type=int,
+                    help="also checkpoint every this many steps (always at the end)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar and no log lines")
+    ap.add_argument("--warmup", type=float, default=d.warmup,
+                    help="fraction of the steps with a linear warmup")
     ap.add_argument("--final-lr", type=float, default=d.final_lr,
                     help="the cosine's end as a fraction of the peak (0: anneal to zero)")
-    ap.add_argument("--betas", type=float, nargs=2, default=list(d.betas))
-    ap.add_argument("--eps", type=float, default=d.eps)
-    ap.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    ap.add_argument("--clip", type=float, default=d.clip)
-    ap.add_argument("--diverge-loss", type=float)
+    ap.add_argument("--betas", type=float, nargs=2, default=list(d.betas), help="AdamW's")
+    ap.add_argument("--eps", type=float, default=d.eps, help="AdamW's")
+    ap.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW's")
+    ap.add_argument("--clip", type=float, default=d.clip,
+                    help="global gradient-norm clip (0: off)")
+    ap.add_argument("--diverge-loss", type=float,
+                    help="a training loss above this counts as diverged (default: 1.5 ln 256)")
     ap.add_argument("--storage", default=d.storage, choices=STORAGES,
                     help="where the quantized weights live")
     ap.add_argument("--diagnostics", action="store_true",
@@ -98,6 +124,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Command-line entry point (``python -m ecosim.torch.lm``)."""
     ap = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:  # nothing asked: the help, not a silent run that writes nothing
+        ap.print_help()
+        return 0
     args = vars(ap.parse_args(argv))
     if args.pop("list"):
         print(_listing())

@@ -213,9 +213,7 @@ class LMConfig:
             (:meth:`ecosim.torch.ECOAdamW.diagnostics`: fraction of codes changed, never
             changed, ``|m|/|g|``, ECO's injected energy kept) and log and record them at every
             curve point (record field ``diagnostics``; with ``fsdp``, rank 0's rows). Off by
-            default: they cost time (measured on ``tiny``, one CPU thread, 20 steps: 65.8
-            against 59.9 ms per training step, +10%; the ECOAdamW step alone 24.7 against
-            18.2 ms).
+            default: they cost time (a few more passes over the weights at every step).
         autocast: compute the forward's matmuls (training and validation) in bfloat16
             under ``torch.autocast``, as the paper's BF16 runs do: activations and the weights
             as read (a master scheme's working copy, an ECO or naive run's stored values) are
