@@ -110,7 +110,7 @@ def test_an_empty_cache_root_is_refused():
         E.Cache("")
 
 
-# -- a fuzz of tampering: nothing changed is ever served -------------------------------------------
+# -- a fuzz of tampering: nothing changed is ever served ----------------------------------------
 
 TAMPER = ("swap_npz", "swap_both", "truncate", "flip_byte", "edit_array", "drop_array",
           "change_dtype")

@@ -215,8 +215,9 @@ class Cache:
         """Check every entry of the cache on its own, as :meth:`load` would before serving it:
         a record that reads and hashes to the entry's name, and the content it names. Also
         reported: records without results, temporary files of killed writes (older than
-        :data:`STALE_TMP_S`), claims of builds that stopped, and with ``stale`` entries computed by other code than this
-        ecosim's (they are never served again; :meth:`clean` frees their space).
+        :data:`STALE_TMP_S`), claims of builds that stopped, and with ``stale`` entries
+        computed by other code than this ecosim's (never served again; :meth:`clean` frees
+        their space).
 
         Returns:
             The problems, sorted by path (empty: every entry can be served).
