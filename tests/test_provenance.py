@@ -46,19 +46,49 @@ def test_lazy_imports_inside_functions_are_followed():
     assert "torch" not in E.get("grids").code()["packages"]
 
 
-def test_fingerprint_changes_with_any_byte_of_an_imported_file(tmp_path):
+def test_fingerprint_changes_with_the_code_of_an_imported_file(tmp_path):
     root = _copy_package(tmp_path)
     before = P.code_fingerprint("ecosim.experiments.grids", root=str(root))
     assert before == P.code_fingerprint("ecosim.experiments.grids", root=str(root))
     unrelated = root / "figures" / "style.py"
-    unrelated.write_text(unrelated.read_text() + "\n# a figure's style is not the data\n")
+    unrelated.write_text(unrelated.read_text() + "\n_STYLE_EDIT = 1\n")
     P.code_fingerprint.cache_clear()
     assert P.code_fingerprint("ecosim.experiments.grids", root=str(root)) == before
     target = root / "rounding.py"
-    target.write_text(target.read_text() + "\n# any edit recomputes\n")
+    target.write_text(target.read_text() + "\n_ANY_CODE_EDIT = 1\n")
     P.code_fingerprint.cache_clear()
     after = P.code_fingerprint("ecosim.experiments.grids", root=str(root))
     assert after["source_sha256"] != before["source_sha256"]
+    P.code_fingerprint.cache_clear()
+
+
+def test_prose_edits_keep_the_fingerprint_code_edits_do_not(tmp_path):
+    """Comments, docstrings and layout cannot change a result: they keep every key; a changed
+    constant, a renamed variable or a string that is not a docstring changes it."""
+    root = _copy_package(tmp_path)
+    target = root / "rounding.py"
+    text = target.read_text()
+
+    def key_with(new_text):
+        target.write_text(new_text)
+        P.code_fingerprint.cache_clear()
+        return P.code_fingerprint("ecosim.experiments.grids", root=str(root))["source_sha256"]
+
+    base = key_with(text)
+    assert text.startswith('"""')
+    prose = [text.replace('"""', '"""Reworded. ', 1),            # the module docstring
+             text + "\n# a comment\n\n\n",                     # comments and blank lines
+             text.replace("def _plan(", "def _plan(  ", 1),       # layout
+             text.replace(") -> _Plan:\n", ") -> _Plan:\n    \"\"\"A docstring.\"\"\"\n", 1)]
+    for edited in prose:
+        assert edited != text
+        assert key_with(edited) == base
+    code = [text + "\n_X = 1\n", text + "\n_X = 'not a docstring'\n",
+            text.replace("    src = _src_for(work)", "    src = _src_for(work)\n    src = src", 1)]
+    for edited in code:
+        assert edited != text
+        assert key_with(edited) != base
+    key_with(text)
     P.code_fingerprint.cache_clear()
 
 
@@ -106,7 +136,9 @@ def test_editing_a_source_the_experiment_runs_recomputes(tmp_path):
     assert computed > 0 and cached == 0
     assert _run_copy(root.parent, cache) == (0, computed)   # unchanged code: all cached
     rounding = root / "rounding.py"
-    rounding.write_text(rounding.read_text() + "\n# changed\n")
+    rounding.write_text(rounding.read_text() + "\n# reworded\n")
+    assert _run_copy(root.parent, cache) == (0, computed)   # a comment: still cached
+    rounding.write_text(rounding.read_text() + "\n_CHANGED = 1\n")
     assert _run_copy(root.parent, cache) == (computed, 0)   # the kernel changed: recomputed
 
 

@@ -4,7 +4,8 @@ A cache entry must never outlive the code that computed it, so its key covers th
 rather than a version tag that someone has to remember to bump. :func:`code_fingerprint`
 follows, from an experiment's module, every ``import`` statement it makes (anywhere in the
 file, lazy imports inside functions included) through the ``ecosim`` package, transitively, and
-hashes the bytes of every ecosim source file it reaches. The third-party packages those files
+hashes the code of every ecosim source file it reaches (its syntax tree without docstrings,
+:func:`code_bytes`: prose edits never recompute a result, code edits always do). The third-party packages those files
 import (NumPy, ml_dtypes, SciPy, torch...) enter the key as their installed versions, and the
 Python version too (the LM experiment's default corpus is the standard library's source).
 Where NumPy is imported, so is the BLAS that NumPy runs at run time (:func:`blas_fingerprint`):
@@ -36,8 +37,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["blas_fingerprint", "code_fingerprint", "git_revision", "package_versions",
-           "source_files"]
+__all__ = ["blas_fingerprint", "code_bytes", "code_fingerprint", "git_revision",
+           "package_versions", "source_files"]
 
 _PACKAGE = "ecosim"
 _ROOT = Path(__file__).resolve().parent.parent  # the ecosim package directory
@@ -147,16 +148,37 @@ def package_versions(names) -> dict[str, str | None]:
     return out
 
 
+def code_bytes(path: str | Path) -> bytes:
+    """What a source file contributes to the key: its syntax tree with every docstring (the
+    first string statement of the module, a class or a function) removed, dumped without
+    line and column positions; the raw bytes of a file that does not parse."""
+    raw = Path(path).read_bytes()
+    try:
+        tree = ast.parse(raw)
+    except (SyntaxError, ValueError):
+        return raw
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(
+                    getattr(body[0], "value", None), ast.Constant) and isinstance(
+                    body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=True, include_attributes=False).encode()
+
+
 @lru_cache(maxsize=None)
 def code_fingerprint(*modules: str, root: str | None = None) -> dict:
     """The code part of a cache key for results computed by ``modules`` (and what they import).
 
     Returns ``{"source_sha256": ..., "files": n, "packages": {name: version}, "python": ...}``:
-    the SHA-256 over the sorted (path relative to the package, bytes) of every ecosim source
+    the SHA-256 over the sorted (path relative to the package, code) of every ecosim source
     file reached (see the module docstring), the versions of the third-party packages those
-    files import, and the Python version. Any edit to any of those files, or a different
-    version of any of those packages, changes the key. Cached per process: sources are not
-    expected to change under a running build.
+    files import, and the Python version. A file's code is its syntax tree without docstrings
+    and positions (:func:`code_bytes`): an edit to the code of any of those files, or a
+    different version of any of those packages, changes the key; an edit to comments,
+    docstrings or layout alone does not (it cannot change a result). Cached per process:
+    sources are not expected to change under a running build.
 
     Example:
         >>> fp = code_fingerprint("ecosim.experiments.beta_factor")
@@ -170,7 +192,7 @@ def code_fingerprint(*modules: str, root: str | None = None) -> dict:
     h = hashlib.sha256()
     for path in sorted(files.values()):
         rel = path.relative_to(pkg_root).as_posix()
-        data = path.read_bytes()
+        data = code_bytes(path)
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
     v = sys.version_info

@@ -1,13 +1,15 @@
 """The seed cache shipped with ecosim: the costliest experiments' units, computed once.
 
 ``make figures`` trains no language model (and runs no other experiment of :data:`SEEDED`)
-when this directory holds an entry for every unit it asks for: :class:`~.store.Cache` (with ``seed=SEED_DIR``) copies a seed entry into the
-working cache and serves it, with the checks of an ordinary entry (the key recorded beside it
-must be the key asked for, the ``.npz`` must hold the bytes and arrays its record names). The
-key holds the SHA-256 of every ecosim source file the experiment imports, the package versions,
-the Python version and the platform's BLAS and torch kernels, so a seed entry is served only to
-the very code, environment and kernels that computed it; any other asks for a key the seed does
-not hold, and the unit is trained. ``ecosim figures --no-seed`` trains every unit.
+when this directory holds an entry for every unit it asks for: :class:`~.store.Cache` (with
+``seed=SEED_DIR``) copies a seed entry into the working cache and serves it, with the checks
+of an ordinary entry (the key recorded beside it must be the key asked for, the ``.npz`` must
+hold the bytes and arrays its record names). The key holds the SHA-256 of the code of every
+ecosim source file the experiment imports (docstrings and comments aside), the package
+versions, the Python version and the platform's BLAS and torch kernels, so a seed entry is
+served only to the very code, environment and kernels that computed it; any other asks for a
+key the seed does not hold, and the unit is trained. ``ecosim figures --no-seed`` trains
+every unit.
 
 :func:`make_seed` rebuilds the directory (``make seed``): it trains the default configuration
 of each experiment in :data:`SEEDED` into an empty cache and replaces :data:`SEED_DIR` by it.
