@@ -54,8 +54,8 @@ def _np_word(v: int, itemsize: int):
     bytes (4 or 8).
 
     A 0-d array rather than a NumPy scalar: as an operand of a ufunc on an array of words it
-    gives the same words (same dtype, same promotion), and NumPy 2 spends about 0.4 us less per
-    call on it (a scalar is converted to an array on every call).
+    gives the same words (same dtype, same promotion), and NumPy 2 handles it with less
+    per-call overhead (a scalar is converted to an array on every call).
     """
     memo = _WORDS[itemsize]
     w = memo.get(v)

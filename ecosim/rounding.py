@@ -12,9 +12,8 @@ formats on one of step 1: both rules are written once for NumPy and torch in
 finite integer-grid inputs) are tested bit-equal to them.
 
 Work is done in cache-sized chunks (every temporary stays in L2), which is what makes the exact
-path also fast. A thread pool over the chunks was measured and dropped: on the 2-core machines
-this project targets it was slower than one thread (GIL hand-offs between the short NumPy
-calls cost more than the second core gave).
+path also fast. There is no thread pool over the chunks: on two cores it is slower than one
+thread (GIL hand-offs between the short NumPy calls cost more than the second core gives).
 """
 
 from __future__ import annotations

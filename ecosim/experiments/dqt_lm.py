@@ -19,11 +19,9 @@ Each unit is one :func:`ecosim.torch.lm.train` run, exactly as the ``lm`` experi
 (its unit function and result columns), declared as the shared unit
 :func:`ecosim.experiments.lm.train_run` of its run config: the FP32 runs are the ``lm``
 experiment's own, one cache entry each, trained once when a build runs both. Cost: 12 runs
-on one thread each; measured under load on the shared 2-core machine: a DQT ternary run 81
-CPU-seconds (its SR writes onto packed codes), an FP32 run about 35; the whole experiment took
-48 minutes of wall time there with two worker processes (about 10-12 CPU-minutes), about 105
-CPU-seconds less in a build that runs ``lm`` too (its FP32 runs shared); 142 CPU-seconds in
-the idle build of 2026-12-02.
+on one thread each; a DQT ternary run costs more than twice an FP32 run (its SR writes onto
+packed codes), and a build that runs ``lm`` too trains only the 9 runs that are not FP32 (the
+time table of ``ecosim figures`` gives each experiment's CPU time).
 """
 from __future__ import annotations
 

@@ -10,11 +10,11 @@ The default is the Table 1 protocol that ``make figures`` runs: preset ``micro``
 non-embedding parameters, counted as :func:`ecosim.torch.model.param_counts` does), 650 steps
 of 16 sequences of 64 bytes (665,600 training tokens: 20.2 per non-embedding parameter), every
 Table 1 method and FP32, 5 seeds paired by seed (seed ``s`` fixes the init, the data order and
-the SR keys of every method alike), validation on 16 batches every 65 steps. It costs about
-350 CPU-seconds (40 runs of 6-11 CPU-s on one thread, measured on the idle 2-core machine of
-2026-12-02; with 3 seeds one of the paper's orderings and one gap's interval were resolved on
-torch's AVX2 kernels and not on its AVX-512 ones, the last bits of the float sums being all
-that differed). Larger presets run with
+the SR keys of every method alike), validation on 16 batches every 65 steps: 40 runs on one
+thread each, small enough for ``make figures`` (the time table of ``ecosim figures`` gives
+their CPU time). Five seeds rather than three: with 3 seeds one of the paper's orderings and
+one gap's interval were resolved on torch's AVX2 kernels and not on its AVX-512 ones, the last
+bits of the float sums being all that differed. Larger presets run with
 ``python -m ecosim.torch.lm`` (see the README's LM section for ``tiny`` at 2100 steps) and
 are plotted from their results file with
 ``ecosim figures --only lm_table lm_pareto --set lm.results_file=FILE``.

@@ -20,9 +20,8 @@ the variants: each unit is one :func:`ecosim.torch.lm.train` run exactly as the 
 experiment makes it (the shared unit :func:`ecosim.experiments.lm.train_run` of its run
 config, so a method ``lm`` runs too would be trained once; none of the defaults is). Default:
 four of the six (:data:`DEFAULT_METHODS`: every variant with RTN, and the momentum-exact rule
-with SR as well), 12 runs of about 34 CPU-seconds under load, about 7 CPU-minutes (124
-CPU-seconds on the idle machine of 2026-12-02); the other two with
-``--set lm_eco_adam.methods=...``.
+with SR as well), 12 runs on one thread each, each costing about what an ``lm`` run of the
+same mode costs; the other two with ``--set lm_eco_adam.methods=...``.
 """
 from __future__ import annotations
 

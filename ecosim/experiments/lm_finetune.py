@@ -10,7 +10,7 @@ decay 0 and the learning rate annealed to zero, and reports zero-shot accuracies
    seed: the unit of :mod:`ecosim.experiments.lm`, checkpointed into a temporary folder), on
    the default corpus, the standard library's ``.py`` sources; the unit provides its result
    columns as that shared unit (:func:`pretraining`), so that a build of ``lm`` and
-   ``lm_finetune`` trains it once (3 runs of about 30 CPU-s);
+   ``lm_finetune`` trains it once (3 runs, one per seed);
 2. fine-tune: from that checkpoint (``LMConfig.init_from``: its bfloat16 weights; every
    INT4 method's initial write quantizes them, a master scheme keeps them as its FP32 master
    copy) each method of :attr:`LMFinetuneConfig.methods` trains on a different slice of the
@@ -26,9 +26,9 @@ corpus before any write: Table 2's "Base"), ``start_val_loss`` (after the INT4 i
 before the first step), ``pretrain_val_loss`` (the pretraining run's own validation loss) and
 ``pretrain_tokens``.
 
-Cost, measured on the shared 2-core machine (one thread per run, CPU time): see the README's
-LM section (about 50 CPU-s per pretraining run and 0.1 CPU-s per fine-tuning step of
-``micro``).
+Cost (one thread per run): the pretraining run dominates each unit; a fine-tuning step of
+``micro`` costs about as much as a pretraining step (the time table of ``ecosim figures`` gives
+each experiment's CPU time).
 """
 from __future__ import annotations
 

@@ -14,10 +14,8 @@ active non-embedding parameter, 33,184 of them, of 57,760 in all; :func:`ecosim.
 param_counts`), methods BF16 with master, FP8 master + SR (the reference of the paired gaps,
 as in the paper's figure), ECO + SR, naive + SR and naive + RTN, 3 seeds paired by seed (init,
 data order and SR keys), validation on 4 batches of 64 every 17 steps. FP32 is left out to
-stay inside the CPU budget (add it with ``--set lm_moe.methods=...``). Cost measured on the
-shared 2-core machine: 433 CPU-seconds for the 15 runs under heavy load (about 29 per run; a
-single run measured at lighter load, 22 CPU-seconds; 124 CPU-seconds for the 15 in the idle
-build of 2026-12-02).
+stay inside the CPU budget (add it with ``--set lm_moe.methods=...``): 15 runs on one
+thread each (the time table of ``ecosim figures`` gives their CPU time).
 Batches of 64 sequences (not micro's 16) cost 2.5x less per token here, where the per-step
 overhead (four experts per block, 24 quantized tensors) dominates.
 

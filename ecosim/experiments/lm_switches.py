@@ -4,9 +4,9 @@ experiment ``lm_switches`` (figure ``lm_switches``).
 The ECO paper's BF16-with-master baseline multiplies in bf16 (``--bf16-autocast``), and its FP8
 methods round each quantized linear layer's input to E4M3 (``--act-fp8``: RTN, one absmax
 scale per token). The ``lm`` experiment runs with both off. The 21 switched runs (every method
-but FP32, seeds 0, 1 and 2: :data:`SEEDS`; the ``lm`` experiment runs 5) took 125-391 s of
-wall time each, 5,750 s in all, on the shared 2-core machine under a load of 6-8 (the plain runs take 30-40 CPU-s each on an idle machine): too
-much for ``make figures``. So they were made once with the documented commands and ship with
+but FP32, seeds 0, 1 and 2: :data:`SEEDS`; the ``lm`` experiment runs 5) would add 21 runs,
+none cheaper than a plain one, to the LM part of ``make figures``: too much for it. So they
+were made once with the documented commands and ship with
 ecosim as a results file
 (``ecosim/data/lm_switches.jsonl``)::
 

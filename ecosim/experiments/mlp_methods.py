@@ -35,7 +35,7 @@ validation loss above the initial one), and the static memory of the optimizer f
 :mod:`ecosim.memory`: the formula for the real shapes (:func:`~ecosim.memory.static_bytes`,
 codes, scales and the full-precision biases included), the bytes that the arrays of the state
 really hold (:func:`~ecosim.memory.measured_bytes`; static memory does not change during
-training, so it is measured on the initial state, which diverged runs have too), and the
+training, so it is read from the initial state, which diverged runs have too), and the
 paper's headline per-parameter figure (:func:`~ecosim.memory.bytes_per_param`: every parameter
 in the weight format, scales left out: 12 with master weights, 9 for FP8 without).
 """
@@ -76,8 +76,8 @@ def single_thread_blas():
     """A context limiting BLAS to one thread, where threadpoolctl is installed.
 
     The MLP's products are tiny (batch 8): a multi-threaded OpenBLAS spends more time
-    synchronising than computing (measured 8x slower at width 128 on 2 cores), and with
-    ``--jobs N`` the worker processes would also oversubscribe the cores. Without
+    synchronising than computing (about 8x slower than one thread at width 128 on two cores),
+    and with ``--jobs N`` the worker processes would also oversubscribe the cores. Without
     threadpoolctl this is a no-op (same results, only slower).
     """
     try:

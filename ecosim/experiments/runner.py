@@ -188,7 +188,8 @@ def make_executor(spec: int | str = 1) -> Executor:
     if kind == "inline":
         return InlineExecutor()
     # Workers are separate processes already: a BLAS thread pool in each of them fights for
-    # the same cores (measured: small MLP matmuls 5x slower under load). Spawned workers read
+    # the same cores (small MLP matmuls run about 5x slower than with one thread each when
+    # the workers keep every core busy). Spawned workers read
     # these variables when they import NumPy; a user's own setting wins.
     if kind in ("local", "dask-local"):
         for var in _BLAS_THREAD_VARS:

@@ -49,7 +49,7 @@ def _scalar(v, sign: float, dtype: torch.dtype, device: torch.device) -> torch.T
 
 def _sqrt(x: torch.Tensor) -> torch.Tensor:
     """Correctly rounded square root (NumPy's). torch's vectorized float32 ``sqrt`` on CPUs
-    (measured on an AVX512 build of torch 2.13) is off by one ulp on ~0.7% of inputs; the
+    (torch's AVX512 kernels among them) is off by one ulp on ~0.7% of inputs; the
     float64 root of a float32 value rounded back to float32 is correctly rounded (53 >= 2*24+2
     bits, so the double rounding is innocuous). float64 inputs and other devices use torch's
     own root."""

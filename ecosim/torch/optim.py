@@ -31,8 +31,8 @@ weights and the states equal the NumPy optimizer's bit for bit:
   ``torch.add(a, b, alpha=c)`` may fuse into one rounding where NumPy rounds twice, so the
   code spells out every product);
 * AdamW's square root of a float32 ``v`` is taken in float64 and rounded back on the CPU
-  (torch's vectorized CPU ``sqrt`` is not correctly rounded: measured off by one ulp on ~0.7%
-  of float32 and float64 inputs with torch 2.13 AVX512; CUDA's ``sqrt`` is IEEE). float64
+  (torch's vectorized CPU ``sqrt`` is not correctly rounded: with its AVX512 kernels it is off
+  by one ulp on ~0.7% of float32 and float64 inputs; CUDA's ``sqrt`` is IEEE). float64
   parameters therefore follow NumPy within an ulp of ``d`` in AdamW, not bit for bit; SGD is
   bit-exact in both dtypes.
 
@@ -82,21 +82,21 @@ changes between steps), an error first order in the change of ``beta`` per step,
 ``group["momentum"]`` changed since its last injection (it cannot know the next ``beta``).
 
 Speed. The cost of a step is the weight write: the bit-exact integer rounding (and, for SR,
-the counter-based random bits) of :mod:`ecosim.torch.rounding`. Measured on one CPU thread
-(torch 2.13, 16 tensors of 512 x 512 = 4.2M parameters, row-wise E4M3, min of 8 interleaved
-steps): ECO and master AdamW steps cost the same (87 ms each with RTN, 132-137 ms with SR,
-against 22 ms for ``torch.optim.AdamW`` in float32), of which the weight quantizer alone takes
-about 55 ms (RTN) and 105 ms (SR); codes instead of float32 parameters add 5-8% (decode
-before, encode after). The optimizer's own work bounds its temporaries: the weights are
-read and written one parameter at a time (a pass over all parameters at once would
+the counter-based random bits) of :mod:`ecosim.torch.rounding`. On one CPU thread (4.2M
+parameters in 16 tensors of 512 x 512, row-wise E4M3) ECO and master AdamW steps cost the
+same, about 4x (RTN) and 6x (SR) a float32 ``torch.optim.AdamW`` step, and the weight
+quantizer alone is about two thirds (RTN) and three quarters (SR) of it; codes instead of
+float32 parameters add 5-8% (decode before, encode after). The optimizer's own work bounds
+its temporaries: the weights are read and written one parameter at a time (a pass over all
+parameters at once would
 materialise the decoded float32 weights of the whole model, the copy that ECO exists to
 avoid). For small tensors the cost is per call, not per element, so AdamW with float
 moments batches consecutive parameters of a group up to 2^18 elements: ``torch._foreach``
 moment updates, ``d`` and ``(lr/bc1) m/d`` on the concatenated moments, ECO's injection
 after the writes (``ECOAdamW._step_group``). Each element sees the same IEEE operations in
 the same order, so the bits do not change (on the CPU ``_foreach`` runs the same kernels
-tensor by tensor); on a language model's 14 quantized matrices of ~3.5k weights this cut
-the step by ~1 ms of ~8-12. The NaN/inf check of the gradients is one ``aminmax`` per
+tensor by tensor); on a language model's 14 quantized matrices of ~3.5k weights this cuts
+the step by about a tenth. The NaN/inf check of the gradients is one ``aminmax`` per
 gradient (min and max propagate NaN and show inf) and one device sync per group.
 ``ECOAdamW(compile=True)`` fuses the element-wise moment math (see :class:`ECOAdamW`).
 
@@ -319,12 +319,11 @@ class ECOAdamW(_ECOBase):
         compile: run the element-wise math (the moment updates, and ``d`` and
             ``(lr/bc1) m/d``) through ``torch.compile`` (two graphs, dynamic shapes, no
             recompilation as ``n`` grows); the rounding steps stay eager. If compilation fails
-            the optimizer warns once (RuntimeWarning) and runs eager. Measured on the CPU with
-            torch 2.13 (inductor's C++ backend): bit-identical with NumPy over 30 steps of
-            three 64 x 96 tensors (inductor builds its C++ with ``-ffp-contract=off``, and no
-            square-root mismatch showed; ``tests/test_torch_optim.py``, marked slow), and
-            10 ms faster per step on 4.2M parameters (82 vs 92 ms RTN, 133 vs 140 ms SR,
-            stored FP8) after a first step that compiles for a few seconds. Off by default:
+            the optimizer warns once (RuntimeWarning) and runs eager. On the CPU (inductor's
+            C++ backend) it is bit-identical with NumPy over 30 steps of three 64 x 96 tensors
+            (inductor builds its C++ with ``-ffp-contract=off``, and no square-root mismatch
+            shows; ``tests/test_torch_optim.py``, marked slow), and on 4.2M parameters stored
+            as FP8 a step is about 5-10% faster after a first step that compiles. Off by default:
             other backends (Triton on CUDA) may contract ``a*b + c`` into a fused multiply-add,
             which rounds once where NumPy rounds twice, so bit-identity is not guaranteed
             there.
