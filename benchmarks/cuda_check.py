@@ -1,4 +1,4 @@
-"""Bit-identity of ecosim.torch on a device against the NumPy reference, in about 20 seconds.
+"""Bit-identity of ecosim.torch on a device against the NumPy reference, quick enough to run first.
 
 The first check of a GPU window (``benchmarks/gpu.sh`` runs it before anything else): if the
 device path rounds differently from NumPy, the later timings are timings of something else.

@@ -80,10 +80,10 @@ def _set_grads(qparams, dev) -> None:
 
 def time_opt_steps(preset: str, mode: str, reps: int, dev) -> dict:
     """Median wall time of one ``ECOAdamW.step`` of each row of :data:`ROWS`, the rows' steps
-    interleaved (round ``r`` steps every row once, starting from row ``r mod 4``): on a shared
-    machine the load, the allocator and the memory bandwidth drift over seconds, and rows timed
-    one after the other measured that drift (a 30m ECO/master ratio of 2.09 sequentially, 1.06
-    interleaved, in one hour on the same machine)."""
+    interleaved (round ``r`` steps every row once, starting from row ``r mod 4``): where other
+    work shares the machine, the load, the allocator and the memory bandwidth drift over
+    seconds, and rows timed one after the other measure that drift (enough to double the
+    ECO/master ratio), which interleaving cancels."""
     built = {}
     for scheme, storage in ROWS:
         model, opts, qparams = build(preset, scheme, storage, mode, dev)

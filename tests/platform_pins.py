@@ -68,8 +68,8 @@ def pinned_platform(torch: bool = False) -> str:
     With ``torch=True`` (digests of torch runs) a platform is the BLAS probe and torch's CPU
     capability (which kernels torch's CPU ops ran) instead: a torch run does not go through
     NumPy's vector math, so an AVX-512 machine running torch's AVX2 kernels
-    (``ATEN_CPU_CAPABILITY=avx2``, which the Makefile sets) computes as ``avx2`` (measured:
-    the code the LM digests were pinned from gives the ``avx2`` digests there).
+    (``ATEN_CPU_CAPABILITY=avx2``, which the Makefile sets) computes as ``avx2``: there the
+    code the LM digests were pinned from gives the ``avx2`` digests.
 
     Where no platform matches: fails if this machine can run the pinned kernels
     (:func:`can_run_pinned_kernels`: the environment did not select them, or the CPU computes

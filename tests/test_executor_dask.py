@@ -2,7 +2,7 @@
 computes the same bytes as the in-process executor.
 
 The Dask tests start a ``distributed.LocalCluster`` of two single-threaded worker processes
-(once for the module, about 5 s) and connect to it by address, as ``ecosim --executor
+(once for the module) and connect to it by address, as ``ecosim --executor
 dask://HOST:PORT`` does with a remote scheduler; they are skipped where the ``cluster`` extra
 (``dask[distributed]``) is not installed.
 """
@@ -26,8 +26,8 @@ HAS_DISTRIBUTED = importlib.util.find_spec("distributed") is not None
 needs_dask = pytest.mark.skipif(not HAS_DISTRIBUTED, reason="Dask's distributed scheduler "
                                 "(the cluster extra, dask[distributed]) is not installed")
 
-# Two cheap registered experiments with several units each (smoke configs: about 0.1 s of
-# compute in all): floor_additive (6 units), relative_error (3 units).
+# Two cheap registered experiments with several units each (smoke configs, so the cluster's
+# start dominates): floor_additive (6 units), relative_error (3 units).
 SWEEP = ("floor_additive", "relative_error")
 
 

@@ -6,18 +6,17 @@ the ``lm`` and ``dqt_lm`` experiments run them): of the run's result columns
 (:func:`ecosim.experiments.lm.records_to_results`: losses, curves, byte counts) and of the
 final checkpoint's model and optimizer tensors (names sorted). The methods cover FP32 (torch's
 AdamW alone), FP8 master weights with RTN, ECO with RTN and with SR (keyed random bits) and
-DQT ternary with SR; each run costs about a CPU-second. The digests were computed from the
-code before the training step's overheads were cut (commit 236958e) and must hold after any
-change that only makes a step cheaper.
+DQT ternary with SR; the runs are smoke-sized so that the file stays cheap. The digests pin
+what a training step computes, not how fast: they must hold after any change that only makes
+a step cheaper.
 
 Like ``test_results_pinned``, the digests hold per platform (``platform_pins``): matmuls and
 transcendental functions may round their last bits otherwise, and torch's CPU ops run kernels
 built for the CPU's vector width, so the platform includes torch's CPU capability
-(``pinned_platform(torch=True)``). The ``avx2`` digests are the ones computed at 236958e; the
-``avx512`` ones were computed from the same code (fbdf2bc's test on fbdf2bc, whose code is
-236958e's; b6f892d, 236958e's parent, gives the same) on an AMD EPYC with torch's AVX512
-kernels, and HEAD at 2055a85 reproduced them. There, fbdf2bc's code under
-``ATEN_CPU_CAPABILITY=avx2`` gives the ``avx2`` digests.
+(``pinned_platform(torch=True)``). The ``avx2`` digests come from torch's AVX2 kernels, the
+``avx512`` ones from the same code on an AVX-512 x86-64 with torch's AVX512 kernels; on that
+CPU the same code under ``ATEN_CPU_CAPABILITY=avx2`` gives the ``avx2`` digests, so the
+platform is the kernels torch runs, not the CPU alone.
 """
 from __future__ import annotations
 

@@ -1,17 +1,17 @@
 """Bit-identity pins of the NumPy optimizers' steps and of the schedules.
 
-The digests below were computed by the code *before* the steps were made cheaper (schedules read
+The digests below pin what the steps compute, not how: making a step cheaper (schedules read
 from tables, per-parameter lookups cached, one check of each gradient instead of two
-reductions); any change of a single bit of a weight, a state buffer or a diagnostic after a few
-steps of any optimizer x scheme x rounding (plain and with low-precision states) changes them.
+reductions) must leave them unchanged; any change of a single bit of a weight, a state buffer
+or a diagnostic after a few steps of any optimizer x scheme x rounding (plain and with
+low-precision states) changes them.
 A change of the numerics on purpose updates them (rerun :func:`digests` and paste).
 
 The schedules go through NumPy's ``cos`` and Muon through BLAS products, whose last bits may
 differ on another CPU: the digests are pinned per platform (``platform_pins``) and checked where
-this machine computes as one of them (elsewhere the tests skip, saying why). The ``avx2``
-digests were computed at f1bc125 (112c81b's parent); the ``avx512`` ones by 112c81b's test on
-f1bc125's code on an AMD EPYC, equal to the ``avx2`` ones (schedules included), and HEAD at
-2055a85 reproduced them.
+this machine computes as one of them (elsewhere the tests skip, saying why). The ``avx512``
+digests were computed on an AVX-512 x86-64 from the code the ``avx2`` ones come from, and
+equal them (schedules included).
 """
 import hashlib
 

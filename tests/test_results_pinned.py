@@ -1,26 +1,20 @@
 """Experiments over the one training loop keep their results bit for bit.
 
 Every experiment that trains goes through :func:`ecosim.train.train` (mlp_methods, the
-low-precision experiments and rtn_stall used to run their own loops). This pins the sha256 of a
+low-precision experiments and rtn_stall are adapters over it). This pins the sha256 of a
 few smoke-size units' results (name, dtype, shape and bytes of every array, names sorted). The
-digests were computed from the code before those loops became adapters over
-:func:`~ecosim.train.train` (commit 8a43954's parent for mlp_methods, mlp_states,
-mantissa_sweep and compressed_states; rtn_stall's own loop until later) and equal those of
-every commit since: any change in what a run computes (the loop, an optimizer, a rounding rule,
-a problem) makes this fail. The units cover the stop rule (mlp_methods), a divergence
-(mlp_states' E4M3-SR states, seed 0, diverges at its first update), Muon, compressed states and
-the RTN stall's per-step trajectory.
+digests pin what each unit computes, whichever loop runs it: any change in what a run computes
+(the loop, an optimizer, a rounding rule, a problem) makes this fail. The units cover the
+stop rule (mlp_methods), a divergence (mlp_states' E4M3-SR states, seed 0, diverges at its
+first update), Muon, compressed states and the RTN stall's per-step trajectory.
 
 The digests hold per platform (``platform_pins``): MLP and Muon runs go through BLAS
 products, whose last bits another BLAS kernel may legitimately change, and NumPy's
 transcendental functions (exp, tanh, log) have other vector paths on other CPUs (AVX-512
 against AVX2). So each platform of ``platform_pins.PLATFORMS`` has its digests, checked where
 this machine computes as that platform; elsewhere the test skips, saying why. The ``avx512``
-digests were computed on an AMD EPYC from the code the ``avx2`` ones come from, with f1bc125's
-test: b77db9f (8a43954's parent) for mlp_methods, mlp_states, mantissa_sweep and
-compressed_states, 965cc54 (f1bc125's parent, rtn_stall's own loop) for rtn_stall (each commit
-gave the same digests for all ten units); they equal the ``avx2`` ones, and HEAD at 2055a85
-reproduced them. A failure on a pinned platform after a NumPy upgrade means the
+digests were computed on an AVX-512 x86-64 from the code the ``avx2`` ones come from, and
+equal them for all ten units. A failure on a pinned platform after a NumPy upgrade means the
 committed figures need a rebuild, not that the loop is wrong.
 """
 from __future__ import annotations

@@ -71,9 +71,10 @@ def test_two_processes_equal_one_with_accumulation(corpus, tmp_path, one, torchr
     _assert_same_state(torch.load(tmp_path / "ddp" / lm.CHECKPOINT, weights_only=True), ck1)
 
 
-@pytest.mark.slow  # ~48 s of torchrun; covered by default tests: the DDP run's checkpoint equals
-# the one-process run's (above), a one-process resume is bit-exact (test_torch_lm), and an
-# FSDP run stopped halfway finishes in one process (test_fsdp_checkpoint_resumes_unsharded)
+@pytest.mark.slow  # a torchrun launch of its own; covered by default tests: the DDP run's
+# checkpoint equals the one-process run's (above), a one-process resume is bit-exact
+# (test_torch_lm), and an FSDP run stopped halfway finishes in one process
+# (test_fsdp_checkpoint_resumes_unsharded)
 def test_ddp_checkpoint_resumes_in_one_process(corpus, tmp_path, one, torchrun):
     """Stop a 2-process run halfway, finish it in one process with grad_accum=2: the same run."""
     rec1, ck1 = one

@@ -84,7 +84,7 @@ def _assert_same_state(a, b):
         assert oa.get("ecosim_t") == ob.get("ecosim_t")
 
 
-# fp8_master_rtn is slow (~45 s of torchrun on the shared machine): the loop's FSDP equality is
+# fp8_master_rtn is marked slow (a second torchrun launch): the loop's FSDP equality is
 # fp8_eco_sr's claim here, and the master scheme's sharded optimizer states are checked bit for
 # bit by test_optimizer_on_uneven_shards (ECOAdamW scheme="master" on uneven shards)
 @pytest.mark.parametrize("method", ["fp8_eco_sr",

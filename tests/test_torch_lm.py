@@ -2,7 +2,7 @@
 the results record and input checks.
 
 Every run here is the ``tiny`` preset on a ~400 kB slice of the standard library's sources,
-on the CPU with one thread, so the whole file takes well under a minute.
+on the CPU with one thread, so that the whole file stays cheap enough for the default run.
 """
 
 import hashlib
@@ -157,8 +157,8 @@ def test_loss_falls(runs, method):
     first = r["curve"][0][1]
     # Step 1 sees the near-uniform initial model: loss ~ ln 256 = 5.55 nats. The byte
     # unigram entropy of this corpus is about 3.1 nats, so a model that has merely learned byte
-    # frequencies is 2.4 nats lower; 40 steps of these methods reach ~3.0-3.3 (measured on
-    # the CPU: fp32 and master ~3.0, ECO ~3.1). A 1.5-nat drop leaves ~0.8 nat of slack and
+    # frequencies is 2.4 nats lower; 40 steps of these methods reach ~3.0-3.3 on the CPU
+    # (fp32 and master ~3.0, ECO ~3.1). A 1.5-nat drop leaves ~0.8 nat of slack and
     # still fails a run that only learns part of the unigram statistics.
     assert first > 5.3
     assert r["final_train_loss"] < first - 1.5

@@ -32,7 +32,7 @@ _DYNAMO_WARNING = "ignore:.*should not be instantiated:DeprecationWarning"
 def test_compile_fresh_stored_layer(scheme):
     """A freshly built layer (no weight decoded before) compiles: forward, backward and the
     optimizer step equal eager execution bit for bit (backend aot_eager: the traced graph run
-    by torch's own kernels; inductor also runs but takes ~30 s per graph on one CPU)."""
+    by torch's own kernels; inductor also runs but compiles each graph far more slowly)."""
     torch._dynamo.reset()
     q = et.Quantizer("e4m3", "sr", granularity="row")
     torch.manual_seed(0)
