@@ -35,14 +35,6 @@ RULES = {
                          r"hours?)|ms|µs|us|s|sec|secs|seconds?|min|mins|minutes?|hours?)\b(?!-)"),
 }
 
-# Files another change is rewriting right now; their hits are fixed there.  Pending: remove each
-# entry once that change has landed.
-PENDING = {
-    "ecosim/optim/base.py", "ecosim/rng.py", "ecosim/quantizer.py", "ecosim/torch/optim_state.py",
-    "ecosim/torch/optim.py", "ecosim/experiments/precision_horizon.py", "ecosim/claims/horizon.py",
-}
-PENDING_DIRS = ("ecosim/torch/lm/",)
-
 # (path, rule, matched text) -> why the text is not a date, hash or timing in prose.
 ALLOWED = {
 }
@@ -74,15 +66,9 @@ def findings(source):
 def scanned_files():
     for top in SCANNED:
         for path in sorted((ROOT / top).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
-            if rel in PENDING or rel.startswith(PENDING_DIRS):
-                continue
-            yield rel, path
+            yield path.relative_to(ROOT).as_posix(), path
 
 
-@pytest.mark.xfail(strict=True, reason="pending: the existing hits (pinned-digest commit hashes in "
-                   "tests/test_*_pinned.py, cost stories in ecosim/experiments/lm*.py) are not yet "
-                   "rewritten; strict, so this fails once they are and the mark must go")
 def test_comments_and_docstrings_carry_no_history():
     bad = []
     for rel, path in scanned_files():
@@ -99,10 +85,6 @@ def test_allow_list_entries_still_match():
         live.update((rel, rule, text) for _, rule, text in findings(path.read_text("utf-8")))
     assert not set(ALLOWED) - live, sorted(set(ALLOWED) - live)
 
-
-def test_pending_files_exist():
-    for rel in PENDING:
-        assert (ROOT / rel).is_file(), f"pending entry {rel} names no file; remove it"
 
 
 SYNTHETIC = '''"""Module written on 2024-03-07 after the run of March 2024."""
