@@ -218,14 +218,16 @@ def write_results(docs: Path = DOCS) -> list[str]:
     pages = []
     experiment_modules = set(public_modules())
     for name, spec in figures().items():
-        lines = [f"# `{name}`: {_escape(_title(spec.caption))}", "",
-                 "## What it shows", "", _escape(spec.caption), "",
+        title = _title(spec.caption)
+        heading = f"# `{name}`: {_escape(title)}" if len(title) <= 50 else f"# `{name}`"
+        lines = [heading, "", "## What it shows", "", _escape(spec.caption), "",
                  "```{image} ../../figures/" + f"{name}.png", f":alt: figure {name}",
                  ":width: 100%", "```", ""]
         if (ROOT / "figures" / f"{name}.md").exists():
             lines += ["## The numbers", "",
                       f"The table that `make figures` writes as `figures/{name}.md`:", "",
-                      "```{include} ../../figures/" + f"{name}.md", "```", ""]
+                      "```{include} ../../figures/" + f"{name}.md",
+                      ":heading-offset: 2", "```", ""]
         notes = docs / "results_notes" / f"{name}.md"
         if notes.exists():
             lines += ["## What holds and what does not", "",
@@ -238,6 +240,9 @@ def write_results(docs: Path = DOCS) -> list[str]:
         lines += [f"- Experiments: {', '.join(exps)}.",
                   f"- Rebuild it alone: `ecosim figures --only {name} --out figures`.",
                   f"- The registry entry: `ecosim.figures.figures()[\"{name}\"]`."]
+        if name.startswith("lm_"):
+            lines += ["- The protocol, its costs and what the runs show: "
+                      "[Language-model measurements](../benchmarks/lm.md)."]
         if name in THEORY:
             label, anchor = THEORY[name]
             lines += [f"- Theory: [{label}](../theory.md#{anchor})."]
