@@ -38,7 +38,7 @@ ifneq ($(OPENBLAS_CORETYPE),)
 export OPENBLAS_CORETYPE
 endif
 
-.PHONY: test test-slow test-latest figures seed bench torch lock clean
+.PHONY: test test-slow test-latest figures seed bench torch lock clean docs lab
 
 # The lock pins setuptools too, so the editable install builds offline from the venv's own.
 $(STAMP): pyproject.toml $(LOCK)
@@ -88,6 +88,16 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_all.py
 	$(PY) benchmarks/quantize.py --log2n 22
 
+# The documentation site, built from the lock with every warning an error; the notebooks are
+# rendered with the outputs they were committed with, never executed here (docs/conf.py).
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+	@echo "open docs/_build/html/index.html"
+
+# JupyterLab on the notebooks, in the locked environment
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks
+
 # Refresh the lock to the newest releases the ranges admit (pip-tools' pip-compile, for this
 # Python: the lock is for CPython 3.11), then run `make test` and `make figures` and commit the
 # lock with the figures it produces.
@@ -95,10 +105,10 @@ lock:
 	rm -rf .venv-lock
 	$(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/python -m pip install --quiet 'pip-tools==7.6.2'
-	.venv-lock/bin/pip-compile --quiet --upgrade --extra test --extra torch --extra bench --extra cluster \
+	.venv-lock/bin/pip-compile --quiet --upgrade --extra test --extra torch --extra bench --extra cluster --extra docs \
 		--strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links \
 		-c requirements/torch-cpu.txt -o $(LOCK) pyproject.toml
 	rm -rf .venv-lock
 
 clean:
-	rm -rf $(VENV) $(LATEST) .venv-lock .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(LATEST) .venv-lock .pytest_cache .hypothesis build *.egg-info docs/_build
