@@ -132,16 +132,29 @@ def test_the_shipped_seed_holds_every_unit_make_figures_asks_for(tmp_path, capsy
     unasked = shipped - set(asked)
     assert not unasked, f"the seed holds {len(unasked)} entries nothing asks for: `make seed`"
 
-    envs = {json.dumps({k: r["code"].get(k) for k in _ENV}, sort_keys=True) for r in records}
-    assert len(envs) == 1, "the seed was trained in several environments: `make seed`"
-    seed_env = json.loads(envs.pop())
-    here = {k: _asked(entries[0])["code"].get(k) for k in _ENV}
-    if here["python"] != seed_env["python"] or here["packages"] != seed_env["packages"]:
-        pytest.skip(f"not the seed's environment (Python {here['python']} against "
-                    f"{seed_env['python']}, or other package versions): make figures trains "
-                    "the language-model units here")
-    pinned_platform(torch=True)
-    assert here == seed_env, f"the seed's kernels are {seed_env}, here {here}"
+    def env(doc) -> str:
+        return json.dumps({k: doc["code"].get(k) for k in _ENV}, sort_keys=True)
+
+    def folder(doc) -> str:  # an experiment's entries, or a shared unit's
+        return doc.get("experiment") or doc["shared"]
+
+    envs: dict[str, set] = {}
+    for r in records:  # each experiment imports its own packages: one environment apiece
+        envs.setdefault(folder(r), set()).add(env(r))
+    several = sorted(f for f, e in envs.items() if len(e) > 1)
+    assert not several, f"the seed of {several} was trained in several environments: make seed"
+    here_of = {folder(_asked(e)): env(_asked(e)) for e in entries}
+    pinned = False
+    for f, (seed_env,) in sorted(envs.items()):
+        seed_env, here = json.loads(seed_env), json.loads(here_of[f])
+        if here["python"] != seed_env["python"] or here["packages"] != seed_env["packages"]:
+            pytest.skip(f"not the seed's environment for {f} (Python {here['python']} against "
+                        f"{seed_env['python']}, or other package versions): make figures "
+                        "computes those units here")
+        if not pinned:
+            pinned_platform(torch=True)
+            pinned = True
+        assert here == seed_env, f"the seed's kernels for {f} are {seed_env}, here {here}"
     cache = E.Cache(tmp_path, seed=S.SEED_DIR)
     capsys.readouterr()
     assert all(cache.load(*e) is not None for e in entries)
