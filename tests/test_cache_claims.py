@@ -5,6 +5,7 @@ build stopped (process gone, or not refreshed) is taken over.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -68,13 +69,19 @@ def test_two_builds_on_one_cache_compute_each_unit_once(tmp_path):
     assert not list((tmp_path / "cache").rglob("*.claim"))  # every claim released
 
 
+def _claim_held_by(cache, cfg, unit, holder="another-host 1") -> Path:
+    """The claim file of ``unit``, written as ``holder`` (host and pid) would write it; by
+    default a live build on another host (a fresh mtime)."""
+    claim = cache.path(TOY, cfg, unit).with_suffix(".claim")
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    claim.write_text(f"{holder}\n")
+    return claim
+
+
 def test_a_unit_claimed_by_another_build_waits_then_is_computed_when_released(tmp_path):
     cfg = ToyConfig().smoke()
     cache = E.Cache(tmp_path / "c")
-    unit = TOY.unit_list(cfg)[0]
-    claim = cache.path(TOY, cfg, unit).with_suffix(".claim")
-    claim.parent.mkdir(parents=True)
-    claim.write_text("another-host 1\n")  # a live build elsewhere (fresh mtime)
+    claim = _claim_held_by(cache, cfg, TOY.unit_list(cfg)[0])
     done = {}
     t = threading.Thread(target=lambda: done.setdefault("run", E.run(TOY, cfg, cache=cache)))
     t.start()
@@ -88,19 +95,15 @@ def test_a_unit_claimed_by_another_build_waits_then_is_computed_when_released(tm
                                                         .results)
 
 
-def test_stale_claims_are_taken_over(tmp_path, monkeypatch):
+def test_stale_claims_are_taken_over(tmp_path):
     cfg = ToyConfig().smoke()
     cache = E.Cache(tmp_path / "c")
     units = TOY.unit_list(cfg)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
-    import socket
-    for u, text in zip(units, [f"{socket.gethostname()} {dead}\n", "another-host 1\n"]):
-        p = cache.path(TOY, cfg, u).with_suffix(".claim")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
+    _claim_held_by(cache, cfg, units[0], f"{socket.gethostname()} {dead}")  # process gone
     old = time.time() - 2 * store.CLAIM_STALE_S
-    os.utime(cache.path(TOY, cfg, units[1]).with_suffix(".claim"), (old, old))
+    os.utime(_claim_held_by(cache, cfg, units[1]), (old, old))  # not refreshed
     assert not cache.claimed(TOY, cfg, units[0]) and not cache.claimed(TOY, cfg, units[1])
     run = E.run(TOY, cfg, cache=cache)
     assert run.stats.computed == len(units)
@@ -111,9 +114,7 @@ def test_a_live_foreign_claim_is_held(tmp_path):
     cfg = ToyConfig().smoke()
     cache = E.Cache(tmp_path / "c")
     u = TOY.unit_list(cfg)[0]
-    p = cache.path(TOY, cfg, u).with_suffix(".claim")
-    p.parent.mkdir(parents=True)
-    p.write_text("another-host 1\n")
+    p = _claim_held_by(cache, cfg, u)
     assert cache.claimed(TOY, cfg, u) and not cache.claim(TOY, cfg, u)
     p.unlink()
     assert cache.claim(TOY, cfg, u) and not cache.claimed(TOY, cfg, u)
@@ -126,8 +127,7 @@ def test_verify_reports_and_clean_removes_a_stopped_builds_claim(tmp_path):
     cfg = ToyConfig().smoke()
     E.run(TOY, cfg, cache=tmp_path / "c")
     cache = E.Cache(tmp_path / "c")
-    p = cache.path(TOY, cfg, TOY.unit_list(cfg)[0]).with_suffix(".claim")
-    p.write_text("another-host 1\n")
+    p = _claim_held_by(cache, cfg, TOY.unit_list(cfg)[0])
     assert cache.verify() == []  # a live claim: a build at work
     old = time.time() - 2 * store.CLAIM_STALE_S
     os.utime(p, (old, old))
