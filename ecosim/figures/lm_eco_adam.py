@@ -35,8 +35,8 @@ makes that up to ~11 times the first step's rate). (a) Final validation loss min
 master weights' of the same rounding, (b) minus plain ECO's, paired by seed (dot: mean;
 whiskers: 95% t-interval; open diamond: the same gap on the MLP, eco_adam_breakdown, where it
 was measured). By default make figures runs every variant with RTN and the momentum-exact rule
-with SR too (2-7 CPU-minutes, by machine and load): RTN is where ECO's gap to master is
-largest on this protocol, and the exact rule with SR says whether removing e_prev ~ e moves
+with SR too (12 runs; docs/benchmarks/lm.md gives their cost): RTN is where ECO's gap to master
+is largest on this protocol, and the exact rule with SR says whether removing e_prev ~ e moves
 ECO+SR; the other two run with --set lm_eco_adam.methods=... The numbers are in lm_eco_adam.md.
 """
 

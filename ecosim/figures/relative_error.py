@@ -10,7 +10,7 @@ from .base import figure
 __all__ = ["relative_error"]
 
 CAPTION = """
-The relative-error model |Q(x) - x| <= 2^-M |x| of the third reference, measured on real grids
+The relative-error model |Q(x) - x| <= 2^-M |x| of the third reference, checked on the grids
 (x log-uniform over the subnormals, every normal binade and beyond max, float64, random signs;
 errors in units of 2^-M). (a) The largest error per binade against the binade's distance from
 the smallest normal 2^emin: in the normal range round-to-nearest (solid) stays at or below 1/2
