@@ -14,10 +14,9 @@ training step on one batch is measured with saved-tensor hooks:
   a buffer (the plain model's layers save their weight parameters, a stored ``nn.Linear``
   its codes and scales: held at rest already, they cost nothing more).
   The activations are the same in both setups, so ``saved`` of the stored model minus the
-  plain model's is what storing costs at the peak: nothing for a stored ``nn.Linear``
-  (backward decodes its codes again), a float32 copy of the decoded weight (4 bytes per
-  stored weight) for the other stored layers (``Conv1D``, ``nn.Conv*d``,
-  ``nn.MultiheadAttention``), which run their module's own forward on the decoded weight.
+  plain model's is what storing costs at the peak: every stored layer type saves its codes
+  and decodes them again in backward (``ecosim.torch.layer_ops``), so a full-precision copy
+  of a stored weight would show here as 4 bytes per stored weight.
 
 ``peak`` is ``rest + grads + saved``: the bytes alive when backward starts (the CPU allocator
 is not traced; on a GPU, ``torch.cuda.max_memory_allocated`` gives the same up to
@@ -153,7 +152,7 @@ def main(argv=None) -> int:
     rows = [r for b in args.batch for r in measure(b)]
     md = markdown(rows)
     print(md)
-    write("peak_memory", md, argv=sys.argv)
+    write("peak_memory", md, argv=sys.argv, extra={"rows": rows})
     return 0
 
 

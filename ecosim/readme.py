@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["blocks", "refresh", "gallery"]
+__all__ = ["blocks", "refresh", "gallery", "peak_memory_table"]
 
 _BLOCK = re.compile(r"(<!-- generated: (?P<name>[^>]+?) -->\n)(?P<body>.*?)(<!-- end generated -->)",
                     re.S)
@@ -31,6 +31,28 @@ def gallery() -> str:
     for i, (name, spec) in enumerate(figures().items(), 1):
         parts.append(f"**{i}. `{name}`.** {spec.caption}\n\n![{name}](figures/{name}.png)\n")
     return "\n".join(parts).rstrip()
+
+
+def peak_memory_table(results: str | Path) -> str:
+    """The batch-1 rows of ``benchmarks/peak_memory.py``'s results (its JSON at ``results``):
+    bytes per parameter at rest and at a training step's peak, FP32 AdamW against stored FP8
+    weights with ECO."""
+    import json
+
+    rows = json.loads(Path(results).read_text())["extra"]["rows"]
+    by_model: dict[str, dict] = {}
+    for r in rows:
+        if r["batch"] == 1:
+            by_model.setdefault(r["model"], {})["fp32" if r["setup"].startswith("FP32")
+                                                 else "eco"] = r
+    lines = ["| model (stored layer type) | FP32 AdamW: at rest, peak | FP8 + ECO: at rest, "
+             "peak | peak / FP32's |", "|---|---|---|---|"]
+    for model, d in by_model.items():
+        peak = {k: (r["rest"] + r["grads"] + r["saved"]) / r["n"] for k, r in d.items()}
+        rest = {k: r["rest"] / r["n"] for k, r in d.items()}
+        lines.append(f"| {model} | {rest['fp32']:.2f}, {peak['fp32']:.2f} | "
+                     f"{rest['eco']:.2f}, {peak['eco']:.2f} | {peak['eco'] / peak['fp32']:.3f} |")
+    return "\n".join(lines)
 
 
 def _sources(figures_dir: Path) -> dict:
@@ -47,6 +69,8 @@ def _sources(figures_dir: Path) -> dict:
     except ImportError:
         presets_table = None
     src["ecosim.torch.model.markdown_table()"] = presets_table
+    peak = figures_dir.parent / "benchmarks" / "results" / "peak_memory.json"
+    src["benchmarks/results/peak_memory.json"] = (lambda: peak_memory_table(peak))
     for md in sorted(figures_dir.glob("*.md")):
         src[f"figures/{md.name}"] = (lambda p=md: p.read_text().rstrip())
     return src

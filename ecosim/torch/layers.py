@@ -20,11 +20,12 @@ in the original module, so the optimizers' SR keys match a float32 run) and is u
 place by the ECO optimizers. :func:`store_module` builds the stored twin of a module and
 :meth:`to_plain` (every stored layer) builds the plain module back with the current weights.
 
-Forward and backward: :class:`QuantizedLinear` saves the codes and dequantizes again in
-backward; the other layers dequantize their weights once per forward and autograd keeps that
-tensor until backward (a transient full-precision copy of the
-layer's weights, like an activation), so their outputs and gradients are those of the plain
-layer holding the dequantized weights, bit for bit (the same torch calls).
+Forward and backward: every stored layer saves its codes, not the dequantized weights, and
+dequantizes again in backward (:mod:`ecosim.torch.layer_ops`), so no full-precision copy of
+the weights is held from forward to backward; outputs and gradients are those of the plain
+layer holding the dequantized weights, bit for bit (the same torch calls). Attention under
+``torch.func`` transforms or ``torch.compile`` saves the decoded weights, as the plain module
+saves its own.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ import copy
 import torch
 from torch import nn
 
+from torch.nn import functional as F
+
+from .layer_ops import StoredConv, StoredConv1D, decode_in_backward
 from .nn import QuantizedLinear, _cast, _holds, _start_weight
 from .quantizer import Quantizer
 
@@ -166,7 +170,28 @@ class QuantizedConv(_StoredModule):
         return cls.from_module(conv, quantizer, key=key, name=name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._conv_type._conv_forward(self, x, _decoded(self), self.bias)
+        w = self.weight
+        if not _holds(self, w):  # functional_call substituted the weight: the plain op
+            return self._conv_type._conv_forward(self, x, w, self.bias)
+        x, padding = self._padded(x)
+        return StoredConv.apply(x, w, self.bias, self, padding)
+
+    def _padded(self, x: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+        """``x`` and the numeric padding of the convolution ``nn.ConvNd`` would make: other
+        padding modes pad ``x`` first, ``"same"`` pads ``d (k - 1)`` in all, the odd one
+        after (a pad of ``x``, as torch does), ``"valid"`` none."""
+        n = len(self.kernel_size)
+        if self.padding_mode != "zeros":
+            return F.pad(x, self._reversed_padding_repeated_twice, mode=self.padding_mode), [0] * n
+        if self.padding == "valid":
+            return x, [0] * n
+        if self.padding != "same":
+            return x, list(self.padding)
+        total = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
+        odd = [t % 2 for t in total]
+        if any(odd):
+            x = F.pad(x, [p for o in reversed(odd) for p in (0, o)])
+        return x, [t // 2 for t in total]
 
     def extra_repr(self) -> str:
         return (f"{self._conv_type.__name__}({self.in_channels}, {self.out_channels}, "
@@ -204,8 +229,10 @@ class QuantizedConv1D(_StoredModule):
         return cls.from_module(conv1d, quantizer, key=key, name=name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        sk = self.__dict__["_ecosim_skeleton"]
-        return type(sk).forward(_View(self, weight=_decoded(self)), x)
+        w = self.weight
+        if not _holds(self, w):  # functional_call substituted the weight: the plain forward
+            return type(self.__dict__["_ecosim_skeleton"]).forward(_View(self, weight=w), x)
+        return StoredConv1D.apply(x, w, self.bias, self)
 
 
 class _View:
@@ -285,9 +312,14 @@ class QuantizedMultiheadAttention(nn.MultiheadAttention):
 
     def forward(self, *args, **kwargs):
         out = self._modules["out_proj"]
-        view = _View(self, out_proj=_OutProj(_decoded(out), out.bias),
-                     _qkv_same_embed_dim=self._ecosim_same_embed_dim)
-        return nn.MultiheadAttention.forward(view, *args, **kwargs)
+        layers = [(attr, self._modules[child]) for attr, child in _MHA_WEIGHTS
+                  if self._modules.get(child) is not None] + [("out_proj", out)]
+        ws = {attr: _decoded(layer) for attr, layer in layers}
+        ours = [(layer, ws[attr]) for attr, layer in layers if _holds(layer, layer.weight)]
+        view = _View(self, out_proj=_OutProj(ws.pop("out_proj"), out.bias),
+                     _qkv_same_embed_dim=self._ecosim_same_embed_dim, **ws)
+        with decode_in_backward(ours):
+            return nn.MultiheadAttention.forward(view, *args, **kwargs)
 
     def to_plain(self) -> nn.MultiheadAttention:
         """The original ``nn.MultiheadAttention`` with the current weights as parameters."""
