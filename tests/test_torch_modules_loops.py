@@ -142,3 +142,74 @@ def test_a_meta_device_model_is_refused_saying_what_to_do():
     m = nn.Sequential(nn.Linear(4, 3, device="meta"))
     with pytest.raises(ValueError, match=r"meta device.*to_empty.*then quantize"):
         quantize_model(m, Quantizer("e4m3", granularity="row"))
+
+
+# -- half-precision parameters in the ECO optimizers ------------------------------------------
+
+def _optimizers():
+    from ecosim.torch import ECOSGD, ECOAdamW
+    return {"adamw": lambda ps, **kw: ECOAdamW(ps, 1e-2, weight_decay=0.1, **kw),
+            "sgd": lambda ps, **kw: ECOSGD(ps, 1e-2, momentum=0.9, **kw)}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("scheme", ["eco", "naive", "master"])
+@pytest.mark.parametrize("opt", ["adamw", "sgd"])
+def test_a_half_precision_parameter_is_a_weight_on_its_own_grid(dtype, scheme, opt):
+    """A plain bf16/fp16 parameter is stepped as weights on its dtype's grid written with
+    RTN, under the optimizer's scheme: bit for bit the float32 parameter holding the same
+    values with weights=Quantizer(<that grid>, "rtn", scale=1.0), fed the same gradients."""
+    make = _optimizers()[opt]
+    grid = Quantizer({torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype], "rtn",
+                     scale=1.0)
+    torch.manual_seed(0)
+    w0 = torch.randn(6, 5).to(dtype)
+    half = nn.Parameter(w0.clone())
+    full = nn.Parameter(w0.float())
+    o_half = make([("w", half)], scheme=scheme, key=1)
+    o_full = make([("w", full)], scheme=scheme, key=1, weights=grid)
+    moved = False
+    for _ in range(20):
+        g = torch.randn(6, 5).to(dtype)
+        half.grad, full.grad = g.clone(), g.float()
+        o_half.step(), o_full.step()
+        assert half.dtype == dtype and torch.equal(half.float(), full.detach())
+        moved |= not torch.equal(half, w0)
+    assert moved
+    for which in o_full.state[full]:
+        a, b = o_half.state[half][which], o_full.state[full][which]
+        if isinstance(b, torch.Tensor):
+            assert a.dtype == b.dtype and torch.equal(a, b), which
+
+
+def test_a_half_precision_parameter_refuses_another_grid():
+    from ecosim.torch import ECOAdamW
+    p = nn.Parameter(torch.zeros(3, 4, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=r"torch.bfloat16: it holds its own grid"):
+        ECOAdamW([("w", p)], 1e-3, weights=Quantizer("e4m3", granularity="row"))
+    with pytest.raises(TypeError, match=r"float32, float64, bfloat16 or float16, got "
+                                        r"torch.int32"):
+        ECOAdamW([("w", nn.Parameter(torch.zeros(3, dtype=torch.int32),
+                                     requires_grad=False))], 1e-3)
+
+
+def test_a_bf16_model_trains_with_eco_and_no_float_copy():
+    """model.to(torch.bfloat16) after quantize_model: stored weights, bf16 norms and biases;
+    ECOAdamW steps them all (the non-stored ones on the bf16 grid) and the loss falls."""
+    from ecosim.torch import ECOAdamW
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 2))
+    quantize_model(m, Quantizer("e4m3", "sr", granularity="row"), key=0)
+    m.to(torch.bfloat16)
+    opt = ECOAdamW(m.named_parameters(), 1e-2, key=0)
+    x, y = torch.randn(64, 8, dtype=torch.bfloat16), torch.randn(64, 2, dtype=torch.bfloat16)
+    losses = []
+    for _ in range(40):
+        opt.zero_grad()
+        loss = ((m(x) - y).float() ** 2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert {p.dtype for p in m.parameters()} == {torch.bfloat16}
+    assert losses[-1] < 0.7 * losses[0]
+    assert not any("master" in st for st in opt.state.values())

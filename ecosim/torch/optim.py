@@ -26,7 +26,9 @@ weights and the states equal the NumPy optimizer's bit for bit:
   groups) for plain tensors, and is the store's name for stored weights;
 * a parameter without a weight quantizer (``weights=None`` or a dict entry None) is updated in
   full precision by the same rule (NumPy's ``"fp"`` for that parameter): the embeddings and
-  norms of a model whose linear layers alone are stored;
+  norms of a model whose linear layers alone are stored; a bfloat16/float16 parameter has no
+  full precision to keep, so it is a weight on its own dtype's grid (RTN, fixed scale 1)
+  under the optimizer's scheme, its update computed in float32;
 * scalars are Python floats applied to the tensors exactly where NumPy applies them (a
   ``torch.add(a, b, alpha=c)`` may fuse into one rounding where NumPy rounds twice, so the
   code spells out every product);

@@ -27,10 +27,26 @@ from ..optim.base import compensation_quantizer, state_quantizer
 from ..optim.schemes import REGISTRY, Scheme, get, is_eco, torch_names_for
 from .dtensor import (_check_sharded_quantizer, _Shard, _shard_of, _ShardKey, _sr_key,
                       is_dtensor, local_tensor)
-from .nn import _Codec, stored
+from .nn import _cast, _Codec, stored
 from .optim_diag import _DiagnosticsMixin, _StepDiag
 from .optim_state import _CheckpointMixin
 from .quantizer import Encoded, Quantizer
+
+#: the grid a plain parameter of each half-precision dtype holds (see _own_grid)
+_HALF_GRID = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def _own_grid(name, p, named):
+    """The quantizer of a plain bfloat16/float16 parameter: its own dtype's grid, written
+    with round-to-nearest (what storing a float32 result into it does), so the optimizer's
+    scheme applies to that rounding (ECO injects its error; master keeps a float32 copy).
+    ``named``: what ``weights=`` gives the parameter, which must be None or that grid."""
+    own = Quantizer(_HALF_GRID[p.dtype], "rtn", scale=1.0)
+    if named is not None and named != own:
+        raise ValueError(f"parameter {name!r} is {p.dtype}: it holds its own grid, so "
+                         f"weights= cannot give it {named}; give it None (or store it as "
+                         "codes with ecosim.torch.quantize_model)")
+    return own
 
 
 def _check_lr(lr, scheme):
@@ -70,6 +86,7 @@ class _Meta:
     comp: _Codec | None = None  # Kahan's compensation buffer
     shard: "_Shard | None" = None  # where this process's rows sit (DTensor parameters)
     shape: tuple = ()  # the parameter's (local) shape its states were built for
+    dtype: torch.dtype = torch.float32  # what the update is computed in (float32 for bf16)
 
 
 class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
@@ -169,12 +186,17 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
             full = (w0.to(device=layer.codes.device, dtype=layer._value_dtype, copy=True)
                     if w0 is not None and get(self.scheme).buffers else layer.read())
         else:
-            if p.dtype not in (torch.float32, torch.float64):
-                raise TypeError(f"parameter {name!r} must be float32 or float64, got {p.dtype}")
+            if p.dtype not in (torch.float32, torch.float64, *_HALF_GRID):
+                raise TypeError(f"parameter {name!r} must be float32, float64, bfloat16 or "
+                                f"float16, got {p.dtype}")
             full = local_tensor(p).detach().clone()  # a DTensor's rows held here
+            if p.dtype in _HALF_GRID:
+                full = full.float()
         if not bool(torch.isfinite(full).all()):
             raise ValueError(f"parameter {name!r} has non-finite values")
         q = self._quantizer_for(name, layer)
+        if layer is None and p.dtype in _HALF_GRID:
+            q = _own_grid(name, p, q)
         if layer is None and q is not None and p.ndim > 2 and not q.fixed \
                 and q.granularity != "tensor":
             raise ValueError(
@@ -185,7 +207,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         meta = _Meta(name, q, layer, self.scheme if q is not None else "fp",
                      self._scheme_record() if q is not None else REGISTRY["fp"],
                      layer._codec if layer is not None else (_Codec(q) if q else None),
-                     shard=shard, shape=tuple(local_tensor(p).shape))
+                     shard=shard, shape=tuple(local_tensor(p).shape), dtype=full.dtype)
         if "c" in meta.sch.buffers:
             meta.comp = _Codec(compensation_quantizer(q))
         if shard is not None:
@@ -302,7 +324,9 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
                 st[b] = x
 
     def _weights_of(self, meta, p):
-        return meta.layer.read() if meta.layer is not None else local_tensor(p).detach()
+        if meta.layer is not None:
+            return meta.layer.read()
+        return _cast(local_tensor(p).detach(), meta.dtype)
 
     # -- public -----------------------------------------------------------------------------------
     @property
@@ -336,7 +360,8 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         if q is None:
             raise ValueError(f"parameter {name!r} is kept in full precision")
         rtn = dataclasses.replace(q, mode="rtn")
-        return rtn.encode(local_tensor(p).detach(), scales=self.state[p].get("w_scales"))
+        return rtn.encode(self._weights_of(self._meta[name], p),
+                          scales=self.state[p].get("w_scales"))
 
     def state_values(self, p, which: str) -> torch.Tensor:
         """The values of state buffer ``which`` (``"m"``, ``"v"``, ``"master"``, ``"e_prev"``,
@@ -347,8 +372,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         name = next(n for g in self.param_groups for n, q in zip(g["names"], g["params"])
                     if q is p)
         meta = self._meta[name]
-        dtype = meta.layer._value_dtype if meta.layer is not None else p.dtype
-        like = torch.empty(local_tensor(p).shape, dtype=dtype, device="meta")
+        like = torch.empty(local_tensor(p).shape, dtype=meta.dtype, device="meta")
         return self._load(self.state[p], which, like, self._codecs_of(meta).get(which))
 
     # -- the step ---------------------------------------------------------------------------------

@@ -37,8 +37,7 @@ class _DiagnosticsMixin:
         if never is None or never.shape != changed.shape:
             never = self._never[name] = torch.ones_like(changed)
         never &= ~changed
-        like = torch.empty(local_tensor(p).shape, device="meta",
-                           dtype=meta.layer._value_dtype if meta.layer is not None else p.dtype)
+        like = torch.empty(local_tensor(p).shape, device="meta", dtype=meta.dtype)
         m = self._load(self.state[p], "m", like).to(torch.float64)
         g64 = g.to(torch.float64)
         diag.finish(name, torch.stack([
