@@ -444,7 +444,3 @@ src_for = _src_for
 SRC_F32, SRC_F64 = _F32, _F64
 __all__ += ["Plan", "SRC_F32", "SRC_F64", "plan", "representable", "src_for",
             "unrepresentable"]
-
-# The code kernel builds on this module's kernel and lives in ecosim.rounding_codes; its entry
-# point stays reachable here as well.
-from .rounding_codes import _code_kernel  # noqa: E402,F401

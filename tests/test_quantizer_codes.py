@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ecosim import Quantizer, formats, quantize
-from ecosim import rounding
+from ecosim import rounding, rounding_codes
 from ecosim.formats import decode_bits, encode_bits, pack, unpack
 from ecosim.quantizer import _dequantize
 
@@ -132,7 +132,7 @@ def test_codes_of_edge_values_equal_formats_encode(fmt, dtype, saturate):
     finite = x[np.isfinite(x)]
     plan = rounding._prepare(fmt, np.dtype(dtype), False, 32, saturate)
     codes = np.empty(finite.size, fmt.code_dtype)
-    rounding._code_kernel(plan, finite, codes, None)
+    rounding_codes._code_kernel(plan, finite, codes, None)
     np.testing.assert_array_equal(codes, encode_bits(quantize(finite, fmt, saturate=saturate),
                                                      fmt))
     q = Quantizer(fmt, scale=1.0, saturate=saturate)  # a fixed scale of 1: y = x

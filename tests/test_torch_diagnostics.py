@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 import ecosim  # noqa: E402
 import ecosim.torch as et  # noqa: E402
 from ecosim.optim import adamw, sgdm  # noqa: E402
-from ecosim.torch.nn import store_weights  # noqa: E402
+from ecosim.torch import store_weights  # noqa: E402
 from ecosim.torch.optim import ECOAdamW, ECOSGD  # noqa: E402
 
 KEY = 3

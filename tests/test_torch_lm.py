@@ -17,7 +17,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 from ecosim.torch import data as lmdata  # noqa: E402
 from ecosim.torch import lm  # noqa: E402
 from ecosim.experiments.lm import run_setting  # noqa: E402
-from ecosim.torch.nn import QuantizedLinear, store_weights  # noqa: E402
+from ecosim.torch import store_weights  # noqa: E402
+from ecosim.torch.nn import QuantizedLinear  # noqa: E402
 from ecosim.torch.model import (PRESETS, ModelConfig, Transformer, ffn_dim,  # noqa: E402
                                 param_counts, quantized_names)
 from lm_checks import assert_same_checkpoint  # noqa: E402

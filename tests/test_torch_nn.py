@@ -25,9 +25,9 @@ from ecosim.torch.nn import (  # noqa: E402
     QuantizedLinear,
     data_parallel,
     measured_memory,
-    store_weights,
     stored,
 )
+from ecosim.torch.layers import store_weights  # noqa: E402
 from ecosim.torch.optim import ECOAdamW, ECOSGD  # noqa: E402
 from torch_parity import linear_model, random_problem, step_both  # noqa: E402
 

@@ -17,7 +17,8 @@ import ecosim.torch as et  # noqa: E402
 import ecosim.torch.optim as topt  # noqa: E402
 from ecosim.optim.schemes import torch_names_for  # noqa: E402
 from ecosim.torch.dqt import DQTAdamW  # noqa: E402
-from ecosim.torch.nn import QuantizedLinear, store_weights  # noqa: E402
+from ecosim.torch import store_weights  # noqa: E402
+from ecosim.torch.nn import QuantizedLinear  # noqa: E402
 from ecosim.torch.optim import ECOAdamW  # noqa: E402
 from ecosim.torch.optim_base import _ECOBase  # noqa: E402
 

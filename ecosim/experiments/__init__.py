@@ -8,22 +8,22 @@ from .base import (Cache, Config, ConfigError, Experiment, InlineExecutor, Resul
                    save_results, stack_units)
 
 # the registered experiments (importing a module registers what it defines)
-from . import floor, grids  # noqa: E402,F401  isort: skip
-from . import floor_additive, beta_factor, naive_decay  # noqa: E402,F401  isort: skip
-from . import rtn_stall, error_similarity  # noqa: E402,F401  isort: skip
-from . import mlp_methods, mlp_states  # noqa: E402,F401  isort: skip
-from . import mantissa_sweep, compressed_states, relative_error  # noqa: E402,F401  isort: skip
-from . import lm  # noqa: E402,F401  isort: skip
-from . import lm_moe  # noqa: E402,F401  isort: skip
-from . import eco_adam  # noqa: E402,F401  isort: skip
-from . import precision_horizon, horizon_theorem  # noqa: E402,F401  isort: skip
-from . import dqt  # noqa: E402,F401  isort: skip
-from . import dqt_lm  # noqa: E402,F401  isort: skip
-from . import sr_bits  # noqa: E402,F401  isort: skip
-from . import lm_finetune  # noqa: E402,F401  isort: skip
-from . import lm_eco_adam  # noqa: E402,F401  isort: skip
-from . import lm_switches  # noqa: E402,F401  isort: skip
-from . import lm_budget  # noqa: E402,F401  isort: skip
+from . import floor, grids  # noqa: F401  isort: skip
+from . import floor_additive, beta_factor, naive_decay  # noqa: F401  isort: skip
+from . import rtn_stall, error_similarity  # noqa: F401  isort: skip
+from . import mlp_methods, mlp_states  # noqa: F401  isort: skip
+from . import mantissa_sweep, compressed_states, relative_error  # noqa: F401  isort: skip
+from . import lm  # noqa: F401  isort: skip
+from . import lm_moe  # noqa: F401  isort: skip
+from . import eco_adam  # noqa: F401  isort: skip
+from . import precision_horizon, horizon_theorem  # noqa: F401  isort: skip
+from . import dqt  # noqa: F401  isort: skip
+from . import dqt_lm  # noqa: F401  isort: skip
+from . import sr_bits  # noqa: F401  isort: skip
+from . import lm_finetune  # noqa: F401  isort: skip
+from . import lm_eco_adam  # noqa: F401  isort: skip
+from . import lm_switches  # noqa: F401  isort: skip
+from . import lm_budget  # noqa: F401  isort: skip
 
 __all__ = ["Cache", "Config", "ConfigError", "Experiment", "InlineExecutor", "Results", "Run",
            "RunStats", "experiment", "experiments", "get", "load_results", "make_executor", "run",

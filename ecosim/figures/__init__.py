@@ -17,22 +17,22 @@ from .base import (
 )
 
 # the registered figures, in gallery order (importing a module registers what it defines)
-from . import grids  # noqa: E402,F401  isort: skip
-from . import noise_floor, beta_factor, naive_decay  # noqa: E402,F401  isort: skip
-from . import rtn_stall, error_similarity  # noqa: E402,F401  isort: skip
-from . import mlp_methods, mlp_states  # noqa: E402,F401  isort: skip
-from . import mantissa_sweep, compressed_states, relative_error  # noqa: E402,F401  isort: skip
-from . import lm  # noqa: E402,F401  isort: skip  (needs the torch backend or a results file)
-from . import lm_moe  # noqa: E402,F401  isort: skip
-from . import eco_adam  # noqa: E402,F401  isort: skip
-from . import precision_horizon, horizon_theorem  # noqa: E402,F401  isort: skip
-from . import dqt  # noqa: E402,F401  isort: skip
-from . import sr_bits  # noqa: E402,F401  isort: skip
-from . import lm_finetune  # noqa: E402,F401  isort: skip  (needs the torch backend)
-from . import lm_eco_adam  # noqa: E402,F401  isort: skip  (needs the torch backend)
-from . import lm_switches  # noqa: E402,F401  isort: skip
-from . import lm_scaling  # noqa: E402,F401  isort: skip
-from . import claims  # noqa: E402,F401  isort: skip  (last: it summarises the others)
+from . import grids  # noqa: F401  isort: skip
+from . import noise_floor, beta_factor, naive_decay  # noqa: F401  isort: skip
+from . import rtn_stall, error_similarity  # noqa: F401  isort: skip
+from . import mlp_methods, mlp_states  # noqa: F401  isort: skip
+from . import mantissa_sweep, compressed_states, relative_error  # noqa: F401  isort: skip
+from . import lm  # noqa: F401  isort: skip  (needs the torch backend or a results file)
+from . import lm_moe  # noqa: F401  isort: skip
+from . import eco_adam  # noqa: F401  isort: skip
+from . import precision_horizon, horizon_theorem  # noqa: F401  isort: skip
+from . import dqt  # noqa: F401  isort: skip
+from . import sr_bits  # noqa: F401  isort: skip
+from . import lm_finetune  # noqa: F401  isort: skip  (needs the torch backend)
+from . import lm_eco_adam  # noqa: F401  isort: skip  (needs the torch backend)
+from . import lm_switches  # noqa: F401  isort: skip
+from . import lm_scaling  # noqa: F401  isort: skip
+from . import claims  # noqa: F401  isort: skip  (last: it summarises the others)
 
 __all__ = ["BuildReport", "FigureReport", "FigureSpec", "build", "figure", "figures", "get",
            "git_revision", "style", "table_csv"]

@@ -57,7 +57,6 @@ from .nn import (
     QuantizedLinear,
     data_parallel,
     measured_memory,
-    store_weights,
     stored,
 )
 from .layers import (
@@ -65,6 +64,7 @@ from .layers import (
     QuantizedConv1D,
     QuantizedMultiheadAttention,
     store_module,
+    store_weights,
 )
 from .models import (QuantizeReport, ema_update, quantize_model, save_pretrained,
                      unstore_weights)

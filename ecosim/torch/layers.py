@@ -38,7 +38,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .layer_ops import StoredConv, StoredConv1D, decode_in_backward
-from .nn import QuantizedLinear, _cast, _holds, _start_weight
+from .nn import QuantizedLinear, _cast, _holds, _param, _skeleton, _start_weight
 from .quantizer import Quantizer
 
 __all__ = ["QuantizedConv", "QuantizedConv1D", "QuantizedMultiheadAttention", "store_module",
@@ -78,42 +78,6 @@ def _decoded(layer: QuantizedLinear) -> torch.Tensor:
     place of its slot."""
     w = layer.weight
     return _Decoded.apply(w, layer) if _holds(layer, w) else w
-
-
-def _skeleton(mod: nn.Module) -> nn.Module:
-    """A copy of ``mod`` (and its submodules) without parameters: what :meth:`to_plain` fills."""
-    out = copy.copy(mod)
-    out._parameters = {k: None for k in mod._parameters}
-    out._buffers = dict(mod._buffers)
-    out._modules = {k: _skeleton(m) if m is not None else None for k, m in mod._modules.items()}
-    return out
-
-
-def _param(value: torch.Tensor, like: torch.Tensor | None) -> nn.Parameter:
-    """A new parameter holding ``value`` in ``like``'s dtype (a stored weight's slot: the
-    module's dtype, e.g. bfloat16 after ``.to(torch.bfloat16)``) and requires_grad."""
-    if like is not None:
-        value = _cast(value.detach(), like.dtype)
-    return nn.Parameter(value.detach().clone(),
-                        requires_grad=like.requires_grad if like is not None else True)
-
-
-def _linear_to_plain(layer: QuantizedLinear) -> nn.Module:
-    """``layer`` as its original module (a plain ``nn.Linear`` when it has none)."""
-    sk = layer.__dict__.get("_ecosim_skeleton")
-    plain = copy.deepcopy(sk) if sk is not None else nn.Linear(
-        layer.in_features, layer.out_features, bias=layer.bias is not None,
-        device=layer.codes.device, dtype=layer._value_dtype)
-    plain.weight = _param(layer.read(), layer.weight)
-    if layer.bias is not None:
-        plain.bias = _param(layer.bias, layer.bias)
-    return plain
-
-
-QuantizedLinear.to_plain = _linear_to_plain
-QuantizedLinear.to_plain.__doc__ = (
-    "The original module (an ``nn.Linear`` when the layer was not made from one) with the "
-    "current weights, dequantized, as plain parameters.")
 
 
 class _StoredModule(QuantizedLinear):

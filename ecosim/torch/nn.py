@@ -2,9 +2,9 @@
 
 This module owns the *storage* side of training without master weights in torch: a linear
 layer whose weight exists between optimizer steps only as codes (``torch.float8_e4m3fn`` bits,
-packed int4 bytes, ...) plus one scale per block, the function :func:`store_weights` that puts
-such layers in place of chosen ``nn.Linear`` modules, and :func:`measured_memory`, the bytes a
-model and its optimizer actually hold.
+packed int4 bytes, ...) plus one scale per block, and :func:`measured_memory`, the bytes a
+model and its optimizer actually hold. :func:`~ecosim.torch.layers.store_weights` puts such
+layers in place of a model's chosen modules.
 
 How the pieces fit (``ecosim.torch.optim`` does the updates)::
 
@@ -38,12 +38,13 @@ How the pieces fit (``ecosim.torch.optim`` does the updates)::
   codes are ``q(W_0)``): for ``"naive"``/``"eco"`` the trajectory equals the run on a float32
   parameter initialised with ``W_0`` and the same key, bit for bit. The schemes whose state
   needs ``W_0`` itself (``"master"``: the master copy; ``"eco_exact"``: ``e_0``; ``"kahan"``:
-  ``c_0``) take it from the layer: :func:`store_weights` keeps a reference to the replaced
-  ``nn.Linear``'s weight (:meth:`QuantizedLinear.pop_initial`, released by the first
-  optimizer built over the layer), so they too equal that run. Without it (a layer loaded from a checkpoint) they start from
-  ``q(W_0)`` (master copy ``q(W_0)``, ``e_0 = 0``), which matters: a master copy started on
-  the grid puts every weight at the centre of RTN's dead zone at once (``small`` LM preset,
-  100 steps, master + RTN: validation loss 2.40 against 2.29 from ``W_0``).
+  ``c_0``) take it from the layer: :func:`~ecosim.torch.layers.store_weights` keeps a
+  reference to the replaced ``nn.Linear``'s weight (:meth:`QuantizedLinear.pop_initial`,
+  released by the first optimizer built over the layer), so they too equal that run. Without
+  it (a layer loaded from a checkpoint) they start from ``q(W_0)`` (master copy ``q(W_0)``,
+  ``e_0 = 0``), which matters: a master copy started on the grid puts every weight at the
+  centre of RTN's dead zone at once (``small`` LM preset, 100 steps, master + RTN: validation
+  loss 2.40 against 2.29 from ``W_0``).
 
 Checkpoints: ``model.state_dict()`` holds ``codes``, ``scales`` and ``bias`` (not the slot),
 so it is a real low-precision checkpoint; ``load_state_dict`` restores it bit for bit.
@@ -81,7 +82,7 @@ from .quantizer import _E8M0, _STORAGE, Encoded, Quantizer, decode_bits
 from .rounding import quantize
 from .slot import GradSlot, _rebuild_slot, raw_slots, stored  # noqa: F401 (old pickles)
 
-__all__ = ["GradSlot", "QuantizedLinear", "store_weights", "stored", "data_parallel",
+__all__ = ["GradSlot", "QuantizedLinear", "stored", "data_parallel",
            "measured_memory", "MeasuredMemory"]
 
 _FAST_NAN = ("fn", "ieee")  # NaN conventions whose torch casts agree with ecosim on the grid
@@ -201,6 +202,26 @@ def _start_weight(w: torch.Tensor, name: str) -> torch.Tensor:
     return w
 
 
+# -- plain twins -------------------------------------------------------------------------------
+
+def _skeleton(mod: nn.Module) -> nn.Module:
+    """A copy of ``mod`` (and its submodules) without parameters: what :meth:`to_plain` fills."""
+    out = copy.copy(mod)
+    out._parameters = {k: None for k in mod._parameters}
+    out._buffers = dict(mod._buffers)
+    out._modules = {k: _skeleton(m) if m is not None else None for k, m in mod._modules.items()}
+    return out
+
+
+def _param(value: torch.Tensor, like: torch.Tensor | None) -> nn.Parameter:
+    """A new parameter holding ``value`` in ``like``'s dtype (a stored weight's slot: the
+    module's dtype, e.g. bfloat16 after ``.to(torch.bfloat16)``) and requires_grad."""
+    if like is not None:
+        value = _cast(value.detach(), like.dtype)
+    return nn.Parameter(value.detach().clone(),
+                        requires_grad=like.requires_grad if like is not None else True)
+
+
 # -- the layer -----------------------------------------------------------------------------------
 
 class _StoredLinear(torch.autograd.Function):
@@ -285,8 +306,8 @@ class QuantizedLinear(nn.Module):
             ``Quantizer("e4m3", "sr", granularity="row")``; its mode is the mode of the initial
             write and of the optimizers' writes).
         bias: keep a full-precision bias (as ``nn.Linear``).
-        name: the parameter name of the stored weight (SR keys; :func:`store_weights` sets
-            ``"<module path>.weight"``).
+        name: the parameter name of the stored weight (SR keys;
+            :func:`~ecosim.torch.store_weights` sets ``"<module path>.weight"``).
         dtype: float32 or float64, the dtype of the dequantized weights and of the gradient
             (``.to(torch.float64)``/``.double()`` and back convert it and the float scales).
         device: where the codes live.
@@ -396,6 +417,18 @@ class QuantizedLinear(nn.Module):
     def _to_matrix(self, x: torch.Tensor) -> torch.Tensor:
         """A parameter-shaped ``x`` as the (out, fan-in) matrix the codes hold."""
         return x.t() if self._transposed else x.reshape(self._mshape)
+
+    def to_plain(self) -> nn.Module:
+        """The original module (an ``nn.Linear`` when the layer was not made from one) with the
+        current weights, dequantized, as plain parameters."""
+        sk = self.__dict__.get("_ecosim_skeleton")
+        plain = copy.deepcopy(sk) if sk is not None else nn.Linear(
+            self.in_features, self.out_features, bias=self.bias is not None,
+            device=self.codes.device, dtype=self._value_dtype)
+        plain.weight = _param(self.read(), self.weight)
+        if self.bias is not None:
+            plain.bias = _param(self.bias, self.bias)
+        return plain
 
     def pop_initial(self) -> torch.Tensor | None:
         """The full-precision weights this layer was made from (``from_linear``), once: the
@@ -607,6 +640,7 @@ def measured_memory(model: nn.Module | list, optimizer: torch.optim.Optimizer | 
         >>> opt = ECOAdamW(net.parameters(), 1e-3, scheme="master", weights=q)
         >>> measured_memory(net, opt).per_param()["total"]      # 4 weights + 4 master + 4 + 4
         16.015625
+        >>> from ecosim.torch import store_weights
         >>> _ = store_weights(net, q)
         >>> opt = ECOAdamW(net.parameters(), 1e-3, scheme="eco")
         >>> round(measured_memory(net, opt).per_param()["total"], 4)   # 1 + 4/256 + 4 + 4
@@ -636,7 +670,3 @@ def measured_memory(model: nn.Module | list, optimizer: torch.optim.Optimizer | 
             base = k[:-len("_scales")] if k.endswith("_scales") and k not in _STATE_BUFFER else k
             acc[_STATE_BUFFER.get(base, "other")] += v.nbytes
     return MeasuredMemory(**acc, n_params=n)
-
-
-# store_weights covers every layer type of ecosim.torch.layers, which builds on this module
-from .layers import store_weights  # noqa: E402

@@ -152,7 +152,7 @@ class ECOSGD(_ECOBase):
     Args:
         params: tensors, ``named_parameters()`` pairs, or param-group dicts of either; a
             :class:`~ecosim.torch.nn.GradSlot` (a weight stored by
-            :func:`~ecosim.torch.nn.store_weights`) is read from and written to its codes.
+            :func:`~ecosim.torch.store_weights`) is read from and written to its codes.
         lr: learning rate (> 0 for eco/eco_exact).
         momentum: ``beta`` in (0, 1) (eco/eco_exact), [0, 1) otherwise.
         weight_decay: coupled L2.
@@ -332,7 +332,7 @@ class ECOAdamW(_ECOBase):
 
     Constructed like ``ECOAdamW(model.named_parameters(), lr, betas=(0.9, 0.999), eps=1e-8,
     weight_decay=0.0, scheme="eco", weights=Quantizer("e4m3", "sr", granularity="row"),
-    key=0)``; with weights stored by :func:`~ecosim.torch.nn.store_weights`, ``weights=`` may
+    key=0)``; with weights stored by :func:`~ecosim.torch.store_weights`, ``weights=`` may
     be omitted (the other parameters then stay in full precision).
     """
 

@@ -120,7 +120,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         if all(m.q is None for m in self._meta.values()):
             raise ValueError(f"scheme {scheme!r} has nothing to quantize: pass weights= (an "
                              "ecosim.torch.Quantizer, or a dict name -> Quantizer | None) or "
-                             "parameters stored by ecosim.torch.nn.store_weights")
+                             "parameters stored by ecosim.torch.store_weights")
 
     def _scheme_record(self) -> Scheme:
         """The record of ``self.scheme`` (:mod:`ecosim.optim.schemes`)."""

@@ -17,7 +17,7 @@ import torch
 
 from ..model import Transformer, get_preset, quantized_names
 from ..models import unstore_weights
-from ..nn import store_weights
+from ..layers import store_weights
 from ..optim import ECOAdamW
 from .config import LMConfig, method_of
 from .distributed import Env, barrier, gather_full, load_full_model, shard_adamw_state

@@ -21,7 +21,8 @@ from .. import data as _data
 from ..bitnet import bitnet_linears
 from ..dqt import DQTAdamW
 from ..model import Transformer, get_preset, quantized_names
-from ..nn import data_parallel, store_weights
+from ..layers import store_weights
+from ..nn import data_parallel
 from ..optim import ECOAdamW
 from . import checkpoint, record
 from .activations import quantize_activations
