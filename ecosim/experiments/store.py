@@ -230,9 +230,8 @@ class Cache:
             code = _current_code(folder.name) if stale else None
             for f in sorted(folder.iterdir()):
                 if f.suffix == ".npz" and not f.name.startswith("."):
-                    problem = _verify_entry(f)
+                    doc, problem = _verify_entry(f)
                     if problem is None and code is not None:
-                        doc = json.loads(f.with_suffix(".json").read_text())
                         if _json_image(doc.get("code")) != _json_image(code):
                             problem = "was computed by other code or packages (stale)"
                     if problem is not None:
@@ -279,7 +278,7 @@ class Cache:
         The claim is ``<entry>.claim``, created exclusively. It is stale when its process is
         gone (same host) or it has not been refreshed (:meth:`refresh_claims`) for
         :data:`CLAIM_STALE_S`, so a build killed mid-unit never blocks others for long."""
-        path = self.path(exp, cfg, unit).with_suffix(".claim")
+        path = self._claim_path(exp, cfg, unit)
         path.parent.mkdir(parents=True, exist_ok=True)
         mine = _claim_text()
         for _ in range(3):
@@ -303,15 +302,14 @@ class Cache:
     def claimed(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
                 unit=None) -> bool:
         """Whether another live build holds the claim of this entry."""
-        path = self.path(exp, cfg, unit).with_suffix(".claim")
+        path = self._claim_path(exp, cfg, unit)
         held = _claim_holder(path)
         return held is not None and held != _claim_text() and not _claim_is_stale(path, held)
 
     def release(self, exp: Experiment | SharedUnit, cfg: Config | None = None,
                 unit=None) -> None:
         """Give up this process's claim of the entry (nothing if it holds none)."""
-        path = self.path(exp, cfg, unit).with_suffix(".claim")
-        self._release(path)
+        self._release(self._claim_path(exp, cfg, unit))
 
     def release_all(self) -> None:
         """Give up every claim this process holds in this cache."""
@@ -323,6 +321,9 @@ class Cache:
         for path in list(self._claims):
             with contextlib.suppress(OSError):
                 os.utime(path)
+
+    def _claim_path(self, exp, cfg, unit) -> Path:
+        return self.path(exp, cfg, unit).with_suffix(".claim")
 
     def _release(self, path: Path) -> None:
         if _claim_holder(path) == _claim_text():
@@ -393,33 +394,52 @@ class EntryProblem(NamedTuple):
 STALE_TMP_S = 3600.0
 
 
-def _verify_entry(npz: Path) -> str | None:
-    """What is wrong with the entry ``npz`` judged on its own (no experiment asked): its
-    record must read, hash to the entry's name, and name the ``.npz``'s content."""
+def _record(npz: Path) -> tuple[dict | None, str | None]:
+    """The entry's ``.json`` record, or None and why it cannot be read."""
     try:
         doc = json.loads(npz.with_suffix(".json").read_text())
         if not isinstance(doc, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as exc:
-        return f"has no readable record ({type(exc).__name__})"
-    key = {k: v for k, v in doc.items() if k not in ("provenance", "content")}
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, separators=(",", ":"),
-                                       ensure_ascii=True).encode()).hexdigest()
-    if digest[:32] != npz.stem:
-        return "is recorded under another key (moved or copied from another entry)"
+        return None, f"has no readable record ({type(exc).__name__})"
+    return doc, None
+
+
+def _key_of(doc: dict) -> dict:
+    """The part of a record that keys the entry (all but its provenance and content)."""
+    return {k: v for k, v in doc.items() if k not in ("provenance", "content")}
+
+
+def _content(npz: Path, doc: dict) -> tuple[Results | None, str | None]:
+    """The ``.npz``'s results when they are the content ``doc`` names, or None and why not."""
     content = doc.get("content")
     if not isinstance(content, dict) or "sha256" not in content:
-        return "has no content record"
+        return None, "has no content record"
     try:
         data = npz.read_bytes()
         if hashlib.sha256(data).hexdigest() != content["sha256"]:
-            return "does not hold the content its record names"
+            return None, "does not hold the content its record names"
         results = _results_from_bytes(data, str(npz))
     except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
-        return f"is unreadable ({type(exc).__name__})"
+        return None, (f"is unreadable ({type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})")
     if _array_record(results) != content.get("arrays"):
-        return "does not hold the arrays its record names"
-    return None
+        return None, "does not hold the arrays its record names"
+    return results, None
+
+
+def _verify_entry(npz: Path) -> tuple[dict | None, str | None]:
+    """The record of entry ``npz`` and what is wrong with the entry judged on its own (no
+    experiment asked; None: nothing): the record must read, hash to the entry's name, and
+    name the ``.npz``'s content."""
+    doc, why = _record(npz)
+    if doc is None:
+        return None, why
+    digest = hashlib.sha256(json.dumps(_key_of(doc), sort_keys=True, separators=(",", ":"),
+                                       ensure_ascii=True).encode()).hexdigest()
+    if digest[:32] != npz.stem:
+        return doc, "is recorded under another key (moved or copied from another entry)"
+    return doc, _content(npz, doc)[1]
 
 
 def _current_code(folder: str) -> dict | None:
@@ -439,30 +459,13 @@ def _current_code(folder: str) -> dict | None:
 
 def _read_entry(path: Path, exp, cfg, unit) -> tuple[Results | None, str | None]:
     """An entry's results and None, or None and what is wrong with it (see Cache.load)."""
-    try:
-        doc = json.loads(path.with_suffix(".json").read_text())
-        if not isinstance(doc, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
-        return None, f"has no readable record ({type(exc).__name__})"
+    doc, why = _record(path)
+    if doc is None:
+        return None, why
     asked = exp.key_doc() if isinstance(exp, SharedUnit) else exp.key_doc(cfg, unit)
-    stored = {k: v for k, v in doc.items() if k not in ("provenance", "content")}
-    content = doc.get("content")
-    if stored != _json_image(asked):
+    if _key_of(doc) != _json_image(asked):
         return None, "is recorded under another key"
-    if not isinstance(content, dict) or "sha256" not in content:
-        return None, "has no content record"
-    try:
-        data = path.read_bytes()
-        if hashlib.sha256(data).hexdigest() != content["sha256"]:
-            return None, "does not hold the content its record names"
-        results = _results_from_bytes(data, str(path))
-    except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
-        return None, (f"is unreadable ({type(exc).__name__}: "
-                      f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})")
-    if _array_record(results) != content.get("arrays"):
-        return None, "does not hold the arrays its record names"
-    return results, None
+    return _content(path, doc)
 
 
 def _json_image(doc: Any) -> Any:
