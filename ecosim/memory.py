@@ -38,6 +38,7 @@ import numpy as np
 
 from ._checks import check_bool
 from .formats import Format, get
+from .optim import catalog as optimizer_catalog
 from .optim.base import QuantizedOptimizer, compensation_quantizer, state_quantizer
 from .optim.schemes import BUFFER_STORAGE
 from .optim.schemes import get as get_scheme
@@ -154,8 +155,7 @@ def _as_quantizer(spec: Any) -> Quantizer | None:
 
 def _layout(scheme: str, optimizer: str) -> tuple[str, ...]:
     """The buffers of the formula (Muon: every parameter a matrix, so no ``v``)."""
-    bufs = ("m", "v") if optimizer == "adamw" else ("m",)
-    return bufs + get_scheme(scheme).buffers
+    return optimizer_catalog.get(optimizer).moments + get_scheme(scheme).buffers
 
 
 def _storage_of(b: str) -> str:
@@ -173,8 +173,8 @@ def bytes_per_param(optimizer: str | QuantizedOptimizer = "adamw", scheme: str =
     """Static bytes per parameter of a scheme (the formula; see the module docstring).
 
     Args:
-        optimizer: ``"adamw"``, ``"sgdm"``, ``"muon"`` (every parameter a matrix: one
-            momentum), or an optimizer object (then ``scheme``, ``weights`` and ``states``
+        optimizer: a name of :mod:`ecosim.optim.catalog` (``"adamw"``, ``"sgdm"``,
+            ``"muon"``: every parameter a matrix, one momentum), or an optimizer object (then ``scheme``, ``weights`` and ``states``
             are taken from it, ``weights`` must be one Quantizer).
         scheme: one of :data:`ecosim.optim.SCHEMES`.
         weights: the weight format (a Quantizer or a format name); ignored for ``"fp"``.
@@ -201,8 +201,9 @@ def bytes_per_param(optimizer: str | QuantizedOptimizer = "adamw", scheme: str =
                              "per-parameter policies")
         optimizer, scheme, weights = opt.name, opt.scheme, opt.weights
         states = dict(opt.states)
-    if optimizer not in ("adamw", "sgdm", "muon"):
-        raise ValueError(f"optimizer must be 'adamw', 'sgdm' or 'muon', got {optimizer!r}")
+    if optimizer not in optimizer_catalog.names():
+        raise ValueError(f"optimizer must be one of {optimizer_catalog.names()}, got "
+                         f"{optimizer!r}")
     q = None if scheme == "fp" else _as_quantizer(weights)
     states = {k: state_quantizer(v) for k, v in (states or {}).items() if v is not None}
     wq = _buffer_bytes_per_param(q, dtype, block)
@@ -415,8 +416,9 @@ def model_memory(spec: ModelSpec, optimizer: str = "adamw", scheme: str = "eco",
     kw = dict(states=states, block=block, count_working_copy=count_working_copy)
     per_q = bytes_per_param(optimizer, scheme, weights=weights, **kw).total
     per_base = bytes_per_param(optimizer, "master", weights=weights, **kw).total
-    # the full-precision rest (embeddings, norms) is trained with AdamW under Muon
-    fp_other = bytes_per_param("adamw" if optimizer == "muon" else optimizer, "fp",
+    # the full-precision rest (embeddings, norms): the optimizer that trains what this one
+    # does not take (AdamW under Muon)
+    fp_other = bytes_per_param(optimizer_catalog.get(optimizer).others or optimizer, "fp",
                                states=states).total
     total = spec.quantized * per_q + spec.other * fp_other
     base = spec.quantized * per_base + spec.other * fp_other

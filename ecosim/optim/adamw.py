@@ -125,7 +125,6 @@ class AdamW(QuantizedOptimizer):
     name = "adamw"
     State = AdamWState
     buffers = ("m", "v", "master", "e_prev", "c")
-    _moment_names = ("m", "v")
 
     def __post_init__(self):
         set_ = object.__setattr__

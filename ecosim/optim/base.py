@@ -60,6 +60,7 @@ from .. import rng
 from ..checks import NonFiniteGradient, check_bool, check_positive, native
 from ..quantizer import Quantizer
 from ..rounding import quantize
+from . import catalog as optimizer_catalog
 from .diagnostics import StepDiagnostics
 from .policies import (ADAMW_SCHEMES, SCHEMES, _check_beta, _make_schedule, _resolve_weights,
                        compensation_quantizer, on_grid, resolve_states, state_quantizer,
@@ -158,7 +159,7 @@ class QuantizedOptimizer:
     gain.
 
     Attributes:
-        name: ``"sgdm"``, ``"adamw"`` or ``"muon"``.
+        name: its name in :mod:`ecosim.optim.catalog` (``"sgdm"``, ``"adamw"``, ``"muon"``).
         State: the state record class.
         buffers: the per-parameter buffers this optimizer's state may hold.
         linear: whether the update is linear in the momentum (SGDM), so that an exact scheme
@@ -248,7 +249,11 @@ class QuantizedOptimizer:
             hit = memo[(name, shape)] = self.state_buffers(name, shape)
         return hit
 
-    _moment_names: tuple[str, ...] = ("m",)
+    @property
+    def _moment_names(self) -> tuple[str, ...]:
+        """The moments this optimizer keeps (for Muon, of the matrices it takes): its row of
+        :mod:`ecosim.optim.catalog`."""
+        return optimizer_catalog.get(self.name).moments
 
     # -- learning rate ----------------------------------------------------------------------
     def lr_at(self, t: int) -> float:

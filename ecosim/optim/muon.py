@@ -159,7 +159,6 @@ class Muon(QuantizedOptimizer):
     name = "muon"
     State = MuonState
     buffers = ("m", "v", "master", "e_prev", "c")
-    _moment_names = ("m",)
 
     def __post_init__(self):
         set_ = object.__setattr__

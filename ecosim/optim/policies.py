@@ -19,6 +19,7 @@ from ..formats import Format, get
 from ..quantizer import Quantizer
 from ..rounding import quantize
 from ..checks import check_real
+from .catalog import names as optimizer_names
 from .schedules import as_schedule
 from .schemes import REGISTRY, is_eco, names_for
 
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 #: the schemes every optimizer implements (:mod:`ecosim.optim.schemes` defines them)
-SCHEMES = tuple(n for n in names_for("sgdm") if n in names_for("adamw") and n in names_for("muon"))
+SCHEMES = tuple(n for n in REGISTRY if all(n in names_for(o) for o in optimizer_names()))
 #: AdamW's: SCHEMES and the AdamW-only ones (the momentum-exact ECO, :mod:`ecosim.optim.adamw`)
 ADAMW_SCHEMES = names_for("adamw")
 #: the schemes whose momentum carries the rounding error (beta in (0, 1) and lr > 0 needed)

@@ -36,6 +36,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional, Protocol
 
+from .catalog import names as optimizer_names
+
 __all__ = ["Scheme", "WriteTarget", "REGISTRY", "BUFFER_STORAGE", "get", "names_for",
            "torch_names_for", "all_buffers", "is_eco", "injection"]
 
@@ -47,7 +49,7 @@ BUFFER_STORAGE = {"master": "state", "e_prev": "full", "c": "compensation"}
 _BASES = ("weights", "master", "compensated", "error")
 _AFTERS = ("none", "drop", "master", "kahan", "inject", "exact")
 _EXACT = ("", "momentum", "linear")
-_OPTIMIZERS = ("sgdm", "adamw", "muon")
+_OPTIMIZERS = optimizer_names()
 
 
 def _eco_rule(rate: float, beta: float, decay: float) -> float:
@@ -85,7 +87,8 @@ class Scheme:
             :func:`_eco_rule`); ``decay = 1 - lr wd`` is the optimizer's decoupled decay.
         decay_corrected: multiply the injection coefficient by ``decay`` (AdamW's
             ``wd_corrected_injection``, one step of decay anticipated).
-        optimizers: the NumPy optimizers that run it (``"sgdm"``, ``"adamw"``, ``"muon"``).
+        optimizers: the NumPy optimizers that run it (names of :mod:`ecosim.optim.catalog`;
+            default: all of them).
         torch: whether the torch mirrors (:class:`~ecosim.torch.ECOSGD`,
             :class:`~ecosim.torch.ECOAdamW`) run it, for those of ``optimizers``.
     """
@@ -289,12 +292,12 @@ def is_eco(name: Any) -> bool:
 
 
 def names_for(optimizer: str) -> tuple[str, ...]:
-    """The schemes a NumPy optimizer (``"sgdm"``, ``"adamw"``, ``"muon"``) runs."""
+    """The schemes a NumPy optimizer (a name of :mod:`ecosim.optim.catalog`) runs."""
     return tuple(n for n, s in REGISTRY.items() if optimizer in s.optimizers)
 
 
 def torch_names_for(optimizer: str) -> tuple[str, ...]:
-    """The schemes the torch mirror of ``"sgdm"`` or ``"adamw"`` runs."""
+    """The schemes the torch twin of a NumPy optimizer (``"sgdm"``, ``"adamw"``) runs."""
     return tuple(n for n, s in REGISTRY.items() if s.torch and optimizer in s.optimizers)
 
 

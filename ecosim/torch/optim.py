@@ -336,7 +336,6 @@ class ECOAdamW(_ECOBase):
     be omitted (the other parameters then stay in full precision).
     """
 
-    _moments = ("m", "v")
     _twin = "adamw"
 
     def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,

@@ -21,6 +21,7 @@ import torch
 
 from .. import rng
 from ..checks import NonFiniteGradient, check_bool
+from ..optim import catalog as optimizer_catalog
 from ..optim.base import resolve_states as _np_resolve_states
 from ..optim.base import weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer
@@ -92,8 +93,7 @@ class _Meta:
 class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
     """The optimizer both ECO optimizers are: see the module docstring."""
 
-    _moments: tuple = ("m",)
-    _twin: str = "sgdm"  # the NumPy optimizer this one mirrors (its schemes, its rules)
+    _twin: str = "sgdm"  # the NumPy optimizer this one mirrors (its schemes, moments, rules)
     _linear: bool = False  # the update is linear in m (exact ECO through the momentum)
 
     def __init__(self, params, defaults, scheme, weights, key, states, diagnostics=False):
@@ -128,7 +128,8 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
 
     @classmethod
     def _resolve_states(cls, states, scheme) -> dict:
-        return dict(_np_resolve_states(states, cls._moments, scheme, convert=_state_codec))
+        return dict(_np_resolve_states(states, optimizer_catalog.get(cls._twin).moments, scheme,
+                                       convert=_state_codec))
 
     # -- parameters -----------------------------------------------------------------------------
     def add_param_group(self, param_group):
