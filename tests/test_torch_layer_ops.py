@@ -152,3 +152,13 @@ def test_compiled_layer_equals_the_plain_layer(name):
     assert g1.keys() == g2.keys()
     for k in g1:
         assert torch.equal(g1[k], g2[k]), k
+
+
+def test_attention_scales_written_between_forward_and_backward_refused():
+    """The attention path checks the scales too (its hooks hold the codes and scales)."""
+    _, model, x = _model("MHA")
+    y = model(x.requires_grad_(True))  # then backward needs in_proj's weights
+    layer = model[0].attn.in_proj
+    layer.scales.mul_(2)
+    with pytest.raises(RuntimeError, match="were written"):
+        y.sum().backward()

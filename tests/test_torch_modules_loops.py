@@ -213,3 +213,34 @@ def test_a_bf16_model_trains_with_eco_and_no_float_copy():
     assert {p.dtype for p in m.parameters()} == {torch.bfloat16}
     assert losses[-1] < 0.7 * losses[0]
     assert not any("master" in st for st in opt.state.values())
+
+
+@pytest.mark.parametrize("scheme", ["eco", "master"])
+def test_a_half_precision_parameter_resumes_with_float32_states(scheme):
+    """load_state_dict keeps the float32 moments (and master copy) of a bfloat16 parameter
+    (torch.optim would cast them to bfloat16): the resumed run equals the uninterrupted one."""
+    from ecosim.torch import ECOAdamW
+    torch.manual_seed(0)
+    w0 = torch.randn(6, 5).bfloat16()
+    grads = [torch.randn(6, 5).bfloat16() for _ in range(6)]
+
+    def run(p, opt, gs):
+        for g in gs:
+            p.grad = g.clone()
+            opt.step()
+
+    a = nn.Parameter(w0.clone())
+    oa = ECOAdamW([("w", a)], 1e-2, scheme=scheme, key=1)
+    run(a, oa, grads)
+    b = nn.Parameter(w0.clone())
+    ob = ECOAdamW([("w", b)], 1e-2, scheme=scheme, key=1)
+    run(b, ob, grads[:3])
+    sd = copy.deepcopy(ob.state_dict())
+    c = nn.Parameter(b.detach().clone())
+    oc = ECOAdamW([("w", c)], 1e-2, scheme=scheme, key=1)
+    oc.load_state_dict(sd)
+    for k, v in ob.state[b].items():
+        if isinstance(v, torch.Tensor):
+            assert oc.state[c][k].dtype == v.dtype and torch.equal(oc.state[c][k], v), k
+    run(c, oc, grads[3:])
+    assert torch.equal(c, a)

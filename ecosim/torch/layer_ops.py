@@ -138,22 +138,23 @@ class StoredConv1D(torch.autograd.Function):
 
 
 class _Ref:
-    """A saved view of a decoded weight: the layer, the codes' version, the view's geometry."""
+    """A saved view of a decoded weight: the layer's codes and scales (the tensors, held as
+    autograd holds saved tensors, with their versions) and the view's geometry."""
 
-    __slots__ = ("layer", "version", "dtype", "geometry")
+    __slots__ = ("layer", "codes", "scales", "versions", "dtype", "geometry")
 
     def __init__(self, layer, dtype, t):
-        self.layer, self.version, self.dtype = layer, layer.codes._version, dtype
+        self.layer, self.codes, self.scales, self.dtype = layer, layer.codes, layer.scales, dtype
+        self.versions = (self.codes._version, self.scales._version)
         self.geometry = (t.size(), t.stride(), t.storage_offset())
 
     def load(self) -> torch.Tensor:
-        layer = self.layer
-        if layer.codes._version != self.version:
-            raise RuntimeError(f"the codes of {layer.name!r} were written between forward and "
-                               "backward; backward needs the weights forward used (step the "
-                               "optimizer after backward)")
-        w = _cast(layer.read(), self.dtype)
-        return w.as_strided(*self.geometry)
+        if (self.codes._version, self.scales._version) != self.versions:
+            raise RuntimeError(f"the codes of {self.layer.name!r} were written between forward "
+                               "and backward; backward needs the weights forward used (step "
+                               "the optimizer after backward)")
+        w = self.layer._to_param(self.layer._decode(self.codes, self.scales))
+        return _cast(w, self.dtype).as_strided(*self.geometry)
 
 
 @contextlib.contextmanager
@@ -181,6 +182,8 @@ def decode_in_backward(decoded: list[tuple[object, torch.Tensor]]):
             return x.load()
         return outer_unpack(x[1]) if outer_unpack is not None else x[1]
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-        yield
-    by_storage.clear()
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            yield
+    finally:
+        by_storage.clear()

@@ -99,6 +99,7 @@ class _CheckpointMixin:
         saved = state_dict.pop("ecosim_scheme", None)
         self._check_loaded(state_dict, saved)
         super().load_state_dict(state_dict)
+        self._keep_saved_dtypes(state_dict.get("state") or {})
         if t is not None:
             self._step_count_t = int(t)
         for group in self.param_groups:
@@ -115,6 +116,21 @@ class _CheckpointMixin:
                         if k in st:
                             st[k] = _restore(st[k], typed)
 
+
+    def _keep_saved_dtypes(self, saved: dict) -> None:
+        """Undo ``torch.optim``'s cast of floating states to the parameter's dtype: the states
+        keep the dtype they were saved in (a bfloat16 parameter's moments and master copy are
+        float32, see ``_own_grid``; a cast to bfloat16 would round them)."""
+        params = [p for g in self.param_groups for p in g["params"]]
+        for i, st_saved in saved.items():
+            if not isinstance(i, int) or not 0 <= i < len(params):
+                continue
+            st = self.state[params[i]]
+            for k, v in st_saved.items():
+                now = st.get(k)
+                if (isinstance(v, torch.Tensor) and v.is_floating_point()
+                        and isinstance(now, torch.Tensor) and now.dtype != v.dtype):
+                    st[k] = v.to(device=now.device, copy=True)
 
     def _check_loaded(self, state_dict, saved) -> None:
         """Refuse a state of another scheme (see :meth:`load_state_dict`); warn of a new key."""
