@@ -15,7 +15,8 @@ needs the weights:
   decoded weight and decode it again when backward unpacks it. Hooks set outside (activation
   checkpointing, offloading) still see every other saved tensor. Under ``torch.func``
   transforms (which disable saved-tensor hooks) and while ``torch.compile`` traces, the decoded
-  weights are saved as a plain layer's are.
+  weights are saved as a plain layer's are; under autocast, attention's projections save
+  autocast's low-precision cast of the weights (a new tensor, as for the plain module).
 
 Writing the codes between forward and backward is an error in all three (the codes' version
 counter), as it is for a plain layer whose weight is written in place.
