@@ -15,25 +15,12 @@ torch = pytest.importorskip("torch")
 
 import ecosim.torch as et  # noqa: E402
 from ecosim.torch.nn import stored  # noqa: E402
+from test_torch_models import Conv1D  # noqa: E402  (transformers' Conv1D, without it)
 
 nn = torch.nn
 Q = et.Quantizer("e4m3", "sr", granularity="row")
 # the plain layer's warning of its own padded copy ("same" with an even kernel length)
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same':UserWarning")
-
-
-class Conv1D(nn.Module):
-    """transformers.pytorch_utils.Conv1D as GPT-2 uses it: weight (in, out), y = x W + b."""
-
-    def __init__(self, nf, nx):
-        super().__init__()
-        self.nf = nf
-        self.weight = nn.Parameter(torch.randn(nx, nf) * 0.1)
-        self.bias = nn.Parameter(torch.randn(nf) * 0.1)
-
-    def forward(self, x):
-        size_out = x.size()[:-1] + (self.nf,)
-        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(size_out)
 
 
 class _Attn(nn.Module):
