@@ -3,7 +3,9 @@
 Public names:
     formats: the :class:`~ecosim.formats.Format` records, :func:`~ecosim.formats.get`, custom
         formats, encode/decode to real low-precision storage.
-    quantize: RTN and SR rounding onto a format's grid, exact.
+    quantize: rounding onto a format's grid, exact (round to nearest, stochastic, and the
+        other modes of ecosim.rounding_modes); Rounding: the checked record of a rounding
+        (mode, nbits, sr_rule, saturate).
     Quantizer: scaled quantization (tensor/row/column/group; absmax, power-of-two, absmean or
         fixed scales) to dequantized values or real low-precision storage.
     rng: counter-based random bits (a pure function of key and counter).
@@ -19,9 +21,10 @@ from . import formats, memory, metrics, optim, problems, rng, theory
 from .formats import Format
 from .quantizer import Encoded, Quantizer
 from .rounding import quantize
+from .rounding_modes import Rounding
 from .train import History, train
 
 __version__ = "0.1.0"
 
-__all__ = ["Encoded", "Format", "History", "Quantizer", "formats", "memory", "metrics", "optim",
-           "problems", "quantize", "rng", "theory", "train", "__version__"]
+__all__ = ["Encoded", "Format", "History", "Quantizer", "Rounding", "formats", "memory", "metrics",
+           "optim", "problems", "quantize", "rng", "theory", "train", "__version__"]

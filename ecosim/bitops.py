@@ -1,4 +1,4 @@
-"""Bit-level rules written once for NumPy and torch: the random-bit mixer and RTN/SR's rounding.
+"""Bit-level rules written once for NumPy and torch: the random-bit mixer and the rounding.
 
 Each rule here is a function of arrays and a *word shim*, a small object that supplies what
 the array-API standard leaves out or that the two libraries spell differently: a logical right
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["NumpyWords", "NUMPY_WORDS", "mix32", "hash_block", "sr_addend", "add_rounding",
+__all__ = ["NumpyWords", "NUMPY_WORDS", "mix32", "hash_block", "add_rounding",
            "round_bits", "nan_words", "finish_bits", "M32A", "M32B"]
 
 #: lowbias32's two multipliers (C. Wellons' hash-prospector).
@@ -168,57 +168,17 @@ def hash_block(x, base, lo: int, k0: int, k1: int, t, ops) -> None:
     mix32(x, t, ops)
 
 
-def sr_addend(plan, rbits, a, r, ops) -> None:
-    """Write into ``r`` what SR adds to the bits ``a`` before ``plan.sh`` low bits are dropped.
-
-    ``"floor"``: the top ``sh`` of the low ``nbits`` random bits, aligned with the dropped bits
-    (a carry out of them is ``r + floor(p * 2**nbits) >= 2**nbits``: see :func:`add_rounding`).
-    ``"nearest"`` with ``k = sh - nbits > 0``: also ``2**(k-1) - 1`` plus bit ``k`` of ``a``, the
-    ties-to-even rounding of the low ``sh`` bits to their top ``nbits``, so the carry is
-    ``(r << k) + low' >= 2**sh`` with ``low'`` the rounded low bits (whose own low ``k`` bits
-    cannot add a carry: both sides are then multiples of ``2**k``), i.e. ``r + t >= 2**nbits``
-    with ``t = rint(p * 2**nbits)``. The addend stays below ``2**sh`` (``2**sh - 2**k + 2**(k-1)``
-    at most), as for the floor rule, so nothing new can round past max. ``a`` may hold the
-    sign bit too: only its bits below the sign are read.
-    """
-    sh, nb = plan.sh, plan.nbits
-    if nb >= sh:
-        ops.field(rbits, nb - sh, sh, r)
-        return
-    k = sh - nb
-    ops.field(rbits, 0, nb, r)
-    r <<= ops.word(k, r)
-    if plan.sr_rule == "nearest":
-        r += (a >> ops.word(k, a)) & ops.word(1, a)  # bit k of a (below the sign bit)
-        r += ops.word((1 << (k - 1)) - 1, r)
-
-
 def add_rounding(plan, a, r, rbits, ops) -> None:
     """Write into ``r`` the bits ``a`` plus what rounds them when ``plan.sh`` low bits are
     dropped: truncating ``r`` afterwards gives the rounded magnitude (a carry out of the dropped
-    bits is the step up, and it carries into the exponent).
-
-    RTN: half a step (``2**(sh-1)``); ties to even adds half a step minus one plus the kept
-    part's lowest bit instead. SR: with ``j = nbits - sh >= 0``, ``r + (low << j) >= 2**nbits``
-    is exactly ``(r >> j) + low >= 2**sh``, a carry out of the dropped bits (with ``j < 0``,
-    ``(r << -j) + low >= 2**sh``), so adding the scaled random word (:func:`sr_addend`) and
-    truncating is the count rule of docs/theory.md §2.2 itself, bit for bit.
+    bits is the step up, and it carries into the exponent). What is added is the mode's
+    (:meth:`ecosim.rounding_modes.ModeRule.addend`: half a step for RTN, the scaled random word
+    for SR).
 
     ``a`` is magnitude bits, or the bits with their sign where the caller knows no carry reaches
     the sign bit; ``r`` is a distinct buffer of the same words.
     """
-    sh = plan.sh
-    if plan.sr:
-        sr_addend(plan, rbits, a, r, ops)
-        r += a
-    elif sh == 0:
-        r[...] = a
-    elif plan.fmt.ties == "even":
-        ops.field(a, sh, 1, r)  # the kept part's lowest bit
-        r += a
-        r += ops.word((1 << (sh - 1)) - 1, r)
-    else:
-        ops.add(a, 1 << (sh - 1), r)
+    plan.rule.addend(plan, a, r, rbits, ops)
 
 
 def round_bits(plan, a, r, rbits, ops) -> None:
@@ -254,7 +214,9 @@ def finish_bits(plan, sign, a, r, ops, no_over: bool = False) -> None:
     sign, negative zero and NaN, for inputs of magnitude bits ``a`` and sign bits ``sign``.
 
     Past max after rounding (inf and NaN inputs land there too): ``+-max`` when saturating or
-    when the format has no NaN, inf where it has one, NaN otherwise. The sign goes back on
+    when the format has no NaN (and a finite input under a mode whose overflow goes to max,
+    :attr:`ecosim.rounding_modes.ModeRule.overflow_to_max`), inf where it has one, NaN
+    otherwise. The sign goes back on
     (fnuz formats have no -0). NaN inputs, and for an unsigned format negatives and zero, take
     :func:`nan_words`. ``sign`` is overwritten. ``no_over``: the caller knows that nothing
     rounds past max and no input is NaN (the overflow test is skipped).
@@ -266,10 +228,15 @@ def finish_bits(plan, sign, a, r, ops, no_over: bool = False) -> None:
         special = a > ops.word(plan.infbits, a)  # NaN inputs
         if plan.saturate or fmt.nan == "none":
             ops.fill(r, over, plan.maxbits)
-        elif fmt.has_inf:
-            ops.fill(r, over, plan.infbits)
         else:
-            special |= over
+            if plan.rule.overflow_to_max:  # a finite overflow clamps; an infinity goes on
+                finite = a < ops.word(plan.infbits, a)
+                ops.fill(r, over & finite, plan.maxbits)
+                over &= ~finite
+            if fmt.has_inf:
+                ops.fill(r, over, plan.infbits)
+            else:
+                special |= over
     neg = None
     if not fmt.signed or (fmt.nan != "fnuz" and special is not None):
         neg = sign != 0

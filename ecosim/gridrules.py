@@ -28,17 +28,9 @@ from __future__ import annotations
 __all__ = ["ilog2", "pow2_bits", "small_values", "uniform_small_values", "int_grid_bits"]
 
 
-def _i64(x, ops):
-    return ops.cast(x, ops.int64)
-
-
 def _f64_bits(n, ops):
     """The bits, as int64, of the int64 values ``n`` converted to float64."""
     return ops.cast(n, ops.float64).view(ops.int64)
-
-
-def _as_float(n, like, ops):
-    return ops.cast(n, like.dtype)
 
 
 def ilog2(v, ops):
@@ -72,9 +64,10 @@ def small_values(plan, a, rbits, ops):
     or, where the format reaches below the working dtype's normals (E8M0 in float32), normal
     binades of the format whose inputs are subnormal in the working dtype. In integers:
     ``|x| = sig * 2**ex`` exactly, the grid step is ``2**qexp``, and ``|x| / step`` splits into
-    a floor and a remainder by a shift of ``d = qexp - ex`` bits, so RTN (ties to even, or away
-    for formats that say so) and SR (``r + t >= 2**nbits``, ``t`` the floor or the nearest
-    of ``p * 2**nbits``) decide from exact integers.
+    a floor and a remainder by a shift of ``d = qexp - ex`` bits, so the mode decides from exact
+    integers (:meth:`ecosim.rounding_modes.ModeRule.count`: RTN ties to even, or away for
+    formats that say so; SR ``r + t >= 2**nbits``, ``t`` the floor or the nearest of
+    ``p * 2**nbits``).
     """
     xp, fmt, src = ops.xp, plan.fmt, plan.src
     S = src.mant
@@ -95,26 +88,7 @@ def small_values(plan, a, rbits, ops):
     pos = d > 0
     fl = xp.where(pos, sig >> dpos, sig << dneg)  # d <= 0 only for values < 2**(M+1) steps
     rem = xp.where(pos, sig & ((1 << dpos) - 1), 0)
-    if plan.sr:
-        nb = plan.nbits
-        # t = floor(rem * 2**nbits / 2**d), with the true d (rem < 2**min(d, 54)).
-        k = ops.clip(d - nb, 0, 62)
-        if plan.sr_rule == "nearest":
-            # rint(rem * 2**nbits / 2**d), ties to even; rem < 2**54, so the sum stays in int64.
-            half = (1 << ops.clip(k - 1, 0, None)) - 1
-            rounded = (rem + xp.where(k > 0, half + ((rem >> k) & 1), 0)) >> k
-        else:
-            rounded = rem >> k
-        t = xp.where(d >= nb, rounded, rem << ops.clip(nb - d, 0, 62))
-        nmask = (1 << nb) - 1
-        up = (_i64(rbits, ops) & nmask) > (nmask - t)
-    else:
-        half = 1 << ops.clip(dpos - 1, 0, None)
-        if fmt.ties == "even":
-            up = pos & ((rem > half) | ((rem == half) & ((fl & 1) == 1)))
-        else:
-            up = pos & (rem >= half)
-    n = fl + _i64(up, ops)
+    n = plan.rule.count(plan, fl, rem, d, rbits, ops)
     if not fmt.has_zero:
         n = ops.clip(n, 1, None)  # nothing below the smallest value (ml_dtypes maps it there)
     return pow2_bits(n, qexp, src, ops)
@@ -125,23 +99,17 @@ def uniform_small_values(plan, a, E, rbits, ops):
     ``E = a >> 23``).
 
     With ``|x| = sig * 2**ex`` and ``d = qexp - ex >= 1``, the count of steps is ``sig`` with
-    ``d`` bits dropped, rounded as in the normal range: add the carry (half a step minus one
-    plus the kept lowest bit, or the top ``d`` of the random bits) and shift. ``d`` is clamped
-    at 62: ``sig < 2**24``, so every count past that shift is 0 either way.
+    ``d`` bits dropped, rounded by the mode (:meth:`ecosim.rounding_modes.ModeRule.count`). ``d``
+    is clamped at 62: ``sig < 2**24``, so every count past that shift is 0 either way.
     """
     xp, src = ops.xp, plan.src
     S = src.mant
     sig = (a & ((1 << S) - 1)) | (ops.clip(E, None, 1) << S)  # the implicit bit of normals
     d = ops.clip(plan.qexp + src.bias + S - ops.clip(E, 1, None), None, 62)  # ex = max(E,1)-bias-S
-    if plan.sr:
-        nb = plan.nbits
-        add = (_i64(rbits, ops) & ((1 << nb) - 1)) >> ops.clip(nb - d, 0, None)
-        add <<= ops.clip(d - nb, 0, None)
-    else:
-        add = (sig >> d) & 1
-        add += (1 << (d - 1)) - 1
-    add += sig
-    return pow2_bits(add >> d, plan.qexp, src, ops)
+    # the count of steps: sig with d bits dropped (the remainder is exact: d <= 62 bits)
+    rem = sig & ((1 << ops.clip(d, 0, None)) - 1)
+    n = plan.rule.count(plan, sig >> d, rem, d, rbits, ops)
+    return pow2_bits(n, plan.qexp, src, ops)
 
 
 def int_grid_bits(plan, b, out, rbits, ops) -> None:
@@ -150,30 +118,17 @@ def int_grid_bits(plan, b, out, rbits, ops) -> None:
     for SR).
 
     Beyond the range everything clamps anyway, so ``|x|`` is clamped first: ``fmin`` also
-    sends inf and NaN to a finite value, and every later step is exact. RTN: ties to even
-    (adding ``2**S`` rounds ``0 <= y <= 2**S`` to an integer in the IEEE default rounding
-    mode, exactly); SR: the floor plus one iff ``r + t >= 2**nbits``, ``t`` the floor (or the
-    nearest, ties to even) of ``p * 2**nbits``. The sign goes back on, ``-0`` becomes ``+0``
+    sends inf and NaN to a finite value, and every later step is exact. The mode rounds the
+    clamped magnitudes (:meth:`ecosim.rounding_modes.ModeRule.on_step_one`: RTN ties to even,
+    by adding ``2**S`` where that is exact; SR the floor plus one iff ``r + t >= 2**nbits``).
+    The sign goes back on, ``-0`` becomes ``+0``
     and a NaN input gives its own bits, quieted (what NumPy's float ops return).
     """
     xp, fmt, src = ops.xp, plan.fmt, plan.src
     x = b.view(ops.floats[b.dtype])
     lim = float(max(fmt.int_max, -fmt.int_min))
     y = xp.fmin(xp.abs(x), ops.float_const(lim, x))
-    if plan.sr:
-        n = xp.floor(y)
-        t = (y - n) * float(2 ** plan.nbits)  # exact
-        # floor, < 2**nbits; or ties to even, <= 2**nbits: r > nmask - t still decides
-        # r + t >= 2**nbits in int64.
-        t = _i64(xp.round(t) if plan.sr_rule == "nearest" else xp.floor(t), ops)
-        nmask = (1 << plan.nbits) - 1
-        n += _as_float((_i64(rbits, ops) & nmask) > (nmask - t), n, ops)
-    elif lim <= 2.0 ** src.mant:
-        big = float(2 ** src.mant)
-        n = y + big
-        n -= big
-    else:
-        n = xp.round(y)  # half to even
+    n = plan.rule.on_step_one(plan, y, rbits, ops)
     xp.copysign(n, x, out=n)
     ops.clip(n, fmt.int_min, fmt.int_max, n)
     n += 0.0  # integer grids have no -0

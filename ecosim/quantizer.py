@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import check_bool, native, scale_error
+from ._checks import native, scale_error
 from .formats import Format, get
-from .rounding import (_CHUNK, MODES, SR_RULES, _chunk_bits, _kernel, _prepare, _random_source,
+from .rounding import (_CHUNK, Rounding, _chunk_bits, _kernel, prepare, _random_source,
                        quantize)
 from .quantizer_rows import code_pending, fused_rows
 from .scale_rules import (NUMPY_SCALES, absmax_scales, absmean_scales, pow2_scales,
@@ -81,7 +81,9 @@ class QuantizerConfig:
     The fields, their checks (the same ValueErrors) and the derived properties are shared by
     :class:`Quantizer` and :class:`ecosim.torch.Quantizer`, which add the array and tensor
     computations; the arguments are documented at :class:`Quantizer`. ``fmt`` is held as a
-    :class:`~ecosim.formats.Format` (a name is looked up) and ``saturate`` as a bool.
+    :class:`~ecosim.formats.Format` (a name is looked up) and ``saturate`` as a bool;
+    :attr:`rounding` is the checked :class:`~ecosim.rounding_modes.Rounding` of ``mode``,
+    ``nbits``, ``sr_rule`` and ``saturate`` (``mode`` may be a Rounding itself).
 
     Example:
         >>> QuantizerConfig("int4", scale=0.5).fixed, QuantizerConfig("e4m3").rho
@@ -96,11 +98,18 @@ class QuantizerConfig:
     nbits: int = 32
     saturate: bool = True
     sr_rule: str = "floor"
+    rounding: Rounding = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
+        # fields normalised once, as the record is built: the format looked up, the rounding
+        # checked (and a Rounding given as mode spread into its fields)
         object.__setattr__(self, "fmt", get(self.fmt))
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        r = Rounding.of(self.mode, self.nbits, self.sr_rule, self.saturate)
+        object.__setattr__(self, "rounding", r)
+        if isinstance(self.mode, Rounding):
+            for name in ("mode", "nbits", "sr_rule"):
+                object.__setattr__(self, name, getattr(r, name))
+        object.__setattr__(self, "saturate", r.saturate)
         g = self.granularity
         if isinstance(g, bool) or not (g in _GRANULARITIES or (isinstance(g, numbers.Integral)
                                                                  and g > 0)):
@@ -116,9 +125,6 @@ class QuantizerConfig:
             raise ValueError(f"a fixed scale must be a positive finite float, got {s!r}")
         if self.pow2 not in POW2_RULES:
             raise ValueError(f"pow2 must be one of {POW2_RULES}, got {self.pow2!r}")
-        object.__setattr__(self, "saturate", check_bool(self.saturate, "saturate"))
-        if self.sr_rule not in SR_RULES:
-            raise ValueError(f"sr_rule must be one of {SR_RULES}, got {self.sr_rule!r}")
 
     @property
     def fixed(self) -> bool:
@@ -137,7 +143,9 @@ class Quantizer(QuantizerConfig):
 
     Args:
         fmt: format or name (``"e4m3"``, ``"int4"``, ``"ternary"`` ...).
-        mode: ``"rtn"`` or ``"sr"`` (see :func:`ecosim.quantize`).
+        mode: a name of :data:`~ecosim.rounding_modes.MODES`, ``"rtn"`` or ``"sr"`` (see
+            :func:`ecosim.quantize`), or a :class:`~ecosim.rounding_modes.Rounding` (which
+            then carries ``nbits``, ``saturate`` and ``sr_rule``).
         granularity: ``"tensor"`` (one scale), ``"row"`` (one per index of the leading axes,
             reducing over the last axis: per output channel of a ``(out, in)`` weight, what the
             ECO paper uses for FP8), ``"column"`` (reducing over all but the last axis), or an
@@ -283,13 +291,12 @@ class Quantizer(QuantizerConfig):
         else:  # they passed before for this shape and dtype
             xb, axes = x.reshape(info.blocked), info.axes
         s = None if scales is None else self._given_scales(scales, xb, axes)
-        sr = self.mode == "sr"
+        sr = self.rounding.stochastic
         if not sr and (key is not None or rbits is not None):
             raise ValueError("key/rbits are for mode='sr'")
         if info is None:
             dt = self._scales_dtype(xb)
-            plan = _prepare(self.fmt, dt, sr, self.nbits if sr else 32, self.saturate,
-                            self.sr_rule if sr else "floor")
+            plan = prepare(self.fmt, dt, self.rounding)
             info = _ShapeInfo(xb.shape, axes, dt, plan, *self._layout(x.shape),
                               *(_constant(v, dt) for v in (np.finfo(dt).tiny, self.rho)))
             self._remember(x, info)
@@ -318,7 +325,7 @@ class Quantizer(QuantizerConfig):
             res[n:] = 0
         if fuse:
             s = np.empty(tuple(1 if i in axes else m for i, m in enumerate(xb.shape)), dt)
-            if not sr and x.dtype == dt:  # RTN: ecosim.quantizer_rows
+            if self.rounding.mode == "rtn" and x.dtype == dt:  # ecosim.quantizer_rows
                 return self._fused_rtn(x, xb, s, plan, info, res)
         elif s is None:
             s = self._scales(xb, axes)

@@ -40,7 +40,7 @@ _GROUP = 8  # chunks per group: its scales are computed in one call
 def fast_rtn_ok(plan) -> bool:
     """Whether :func:`rows_rtn` can round for ``plan``: RTN onto an integer grid, or onto a
     float format with a negative zero (signed, not fnuz), where the sign bit needs no rule."""
-    if plan.sr:
+    if plan.mode != "rtn":
         return False
     fmt = plan.fmt
     return (not fmt.is_float) or (fmt.signed and fmt.nan != "fnuz")

@@ -26,17 +26,15 @@ import numpy as np
 
 from . import gridrules, rng
 from .bitops import NUMPY_WORDS, finish_bits, round_bits
-from ._checks import check_bool, native
+from ._checks import native
 from .formats import Format, get
+from .rounding_modes import MODES, SR_RULES, ModeRule, Rounding
 
-__all__ = ["quantize", "MODES", "SR_RULES"]
-
-MODES = ("rtn", "sr")
-#: How SR turns the position ``p`` into a count of rounding-up words (``sr_rule=``): ``"floor"``
-#: (the default) counts ``floor(p * 2**nbits)``; ``"nearest"`` counts ``p * 2**nbits`` rounded to
-#: nearest, ties to even (docs/theory.md §2.2 gives the bias of each).
-SR_RULES = ("floor", "nearest")
+__all__ = ["quantize", "MODES", "SR_RULES", "Rounding"]
 _CHUNK = 1 << 15  # elements: 128 KiB per float32 temporary
+#: The modes NumPy's faster paths below the smallest normal and on integer grids serve; every
+#: other mode takes the rules of ecosim.gridrules.
+_FAST_MODES = ("rtn", "sr")
 
 
 @dataclass(frozen=True)
@@ -86,14 +84,21 @@ def _representable(fmt: Format, src: _Src) -> bool:
 
 @dataclass(frozen=True)
 class _Plan:
-    """Constants of one (format, working dtype, mode, nbits, saturate) combination."""
+    """Constants of one (format, working dtype, rounding) combination.
+
+    ``rule``, ``mode``, ``stochastic``, ``nbits``, ``sr_rule`` and ``saturate`` are the
+    rounding's, held as plain fields for the kernels.
+    """
 
     fmt: Format
     src: _Src
-    sr: bool
+    rounding: Rounding
+    rule: ModeRule
+    mode: str
+    stochastic: bool
     nbits: int
+    sr_rule: str
     saturate: bool
-    sr_rule: str = "floor"  # "floor" or "nearest": see SR_RULES
     sh: int = 0  # S - M: low bits dropped in the normal range
     minnorm: int = 0  # bits of 2**max(emin, working emin): below it, _small_values
     maxbits: int = 0  # bits of the largest finite value
@@ -104,29 +109,31 @@ class _Plan:
 
 
 @lru_cache(maxsize=256)
-def _plan(fmt: Format, work: np.dtype, sr: bool, nbits: int, saturate: bool,
-          sr_rule: str = "floor") -> _Plan:
+def _plan(fmt: Format, work: np.dtype, rounding: Rounding) -> _Plan:
     src = _src_for(work)
     if not _representable(fmt, src):
         raise ValueError(f"{fmt.name} values are not all representable in {work}; "
                          "pass float64 input")
+    rule = rounding.rule
+    of_rounding = (rounding, rule, rounding.mode, rule.stochastic, rounding.nbits,
+                   rounding.sr_rule, rounding.saturate)
     if not fmt.is_float:
-        return _Plan(fmt, src, sr, nbits, saturate, sr_rule)
+        return _Plan(fmt, src, *of_rounding)
     S, M = src.mant, fmt.mantissa_bits
     bits_of = lambda v: int(np.array(v, work).view(src.udtype))  # noqa: E731
     qexp = fmt.emin - M if fmt.subnormals else fmt.emin
     maxbits = bits_of(fmt.max)
-    return _Plan(fmt, src, sr, nbits, saturate, sr_rule, sh=S - M,
+    return _Plan(fmt, src, *of_rounding, sh=S - M,
                  minnorm=bits_of(math.ldexp(1.0, max(fmt.emin, src.emin))), maxbits=maxbits,
                  infbits=bits_of(np.inf), qexp=qexp,
-                 hi=maxbits + ((1 << (S - M - 1)) - 1 if S > M and not sr else 0),
+                 hi=maxbits + (rule.headroom(S - M) if S > M else 0),
                  uniform_small=(fmt.subnormals and fmt.has_zero and fmt.signed
                                 and fmt.ties == "even" and fmt.emin >= src.emin
                                 and -qexp <= src.emax))
 
 
-def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int = 32, key=None,
-             saturate: bool = True, sr_rule: str = "floor") -> np.ndarray:
+def quantize(x, fmt: Format | str, mode: str | Rounding = "rtn", *, rbits=None, nbits: int = 32,
+             key=None, saturate: bool = True, sr_rule: str = "floor") -> np.ndarray:
     """Round ``x`` onto the grid of ``fmt``.
 
     Args:
@@ -159,6 +166,10 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
             ``"floor"`` is its ``StochasticFastest``). Either way the magnitude goes up iff
             ``r + t >= 2**nbits``; with ``nbits >= `` the bits of ``p`` the rules agree.
 
+    ``mode`` may be any name of :data:`~ecosim.rounding_modes.MODES` (each mode's rule is
+    described there), or a :class:`~ecosim.rounding_modes.Rounding`, which then carries
+    ``nbits``, ``sr_rule`` and ``saturate`` itself.
+
     Returns:
         An array of ``x``'s dtype (native byte order) and shape whose values lie on the grid. Signed zeros keep
         their sign where the format has -0 (not fnuz formats, not integer grids). Integer
@@ -172,7 +183,7 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
     """
     arr, plan = _checked(x, fmt, mode, nbits, saturate, sr_rule)
     out_dtype = arr.dtype
-    sr = plan.sr
+    sr = plan.stochastic
     work = plan.src.dtype
     xw = np.ascontiguousarray(arr, dtype=work).reshape(-1)
     bits_src = None
@@ -203,7 +214,7 @@ def _remember(key, value):
 
 def _checked(x, fmt, mode, nbits, saturate, sr_rule) -> tuple[np.ndarray, _Plan]:
     """:func:`quantize`'s checks, in its order: ``(x as a native array, plan)``."""
-    exact = (type(x) is np.ndarray and type(mode) is str and type(nbits) is int
+    exact = (type(x) is np.ndarray and type(mode) in (str, Rounding) and type(nbits) is int
              and type(saturate) is bool and type(sr_rule) is str)
     if exact:
         key = ("quantize", fmt if type(fmt) is str else id(fmt), x.dtype, mode, nbits,
@@ -212,37 +223,36 @@ def _checked(x, fmt, mode, nbits, saturate, sr_rule) -> tuple[np.ndarray, _Plan]
         if hit is not None and (type(fmt) is str or hit[0] is fmt):
             return x, hit[1]  # only native dtypes are keys: x needs no conversion
     f = get(fmt)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    saturate = check_bool(saturate, "saturate")
+    rounding = Rounding.of(mode, nbits, sr_rule, saturate)
     arr = np.asarray(x)
     if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
         raise TypeError(f"expected a floating-point array (float16, bfloat16, float32 or "
                         f"float64), got dtype {arr.dtype}")
     arr = native(arr)  # dtype dispatch compares dtypes, and ">f4" != float32
-    plan = _prepare(f, arr.dtype, mode == "sr", nbits, saturate, sr_rule)
+    plan = prepare(f, arr.dtype, rounding)
     if exact and arr is x:
         _remember(key, (fmt, plan))
     return arr, plan
 
 
-def _prepare(fmt: Format, out_dtype: np.dtype, sr: bool, nbits, saturate: bool,
-             sr_rule: str = "floor") -> _Plan:
-    """The checks of :func:`quantize` for an input of (native) ``out_dtype``, and the plan.
+def prepare(fmt: Format, out_dtype: np.dtype, rounding: Rounding, *, shown=None) -> _Plan:
+    """The plan of ``rounding`` onto ``fmt`` for an input of (native) ``out_dtype``, after the
+    checks that need the format and the dtype: every value of ``fmt`` is one of ``out_dtype``
+    (``shown``: the dtype the message names, a torch dtype for the torch backend), and an
+    integer format saturates.
 
     The plan works in float64 for float64 input and in float32 otherwise.
     """
-    exact = (type(sr) is bool and type(nbits) is int and type(saturate) is bool
-             and type(sr_rule) is str)
-    if exact:
-        key = ("prepare", id(fmt), out_dtype, sr, nbits, saturate, sr_rule)
-        hit = _CHECKED.get(key)
-        if hit is not None and hit[0] is fmt:
-            return hit[1]
-    plan = _prepare_checked(fmt, out_dtype, sr, nbits, saturate, sr_rule)
-    if exact:
-        _remember(key, (fmt, plan))
-    return plan
+    key = ("prepare", id(fmt), out_dtype, rounding)
+    hit = _CHECKED.get(key)
+    if hit is not None and hit[0] is fmt:
+        return hit[1]
+    if not _representable(fmt, _src_for(out_dtype)):
+        raise ValueError(unrepresentable(fmt, out_dtype if shown is None else shown))
+    if not fmt.is_float and not rounding.saturate:
+        raise ValueError(f"integer format {fmt.name} has no overflow encoding: use saturate=True")
+    work = np.dtype(np.float64) if out_dtype == np.float64 else np.dtype(np.float32)
+    return _remember(key, (fmt, _plan(fmt, work, rounding)))[1]
 
 
 def unrepresentable(fmt: Format, dtype) -> str:
@@ -251,24 +261,6 @@ def unrepresentable(fmt: Format, dtype) -> str:
     wider = "float64" if str(dtype).removeprefix("torch.") == "float32" else "float32 or float64"
     return (f"{fmt.name} values are not all representable in {dtype} (the result has the "
             f"input's dtype); pass {wider} input")
-
-
-def _prepare_checked(fmt: Format, out_dtype: np.dtype, sr: bool, nbits, saturate: bool,
-                     sr_rule: str) -> _Plan:
-    """:func:`_prepare` without the memo."""
-    out_src = _src_for(out_dtype)
-    if not _representable(fmt, out_src):
-        raise ValueError(unrepresentable(fmt, out_dtype))
-    work = np.dtype(np.float64) if out_dtype == np.float64 else np.dtype(np.float32)
-    if not fmt.is_float and not saturate:
-        raise ValueError(f"integer format {fmt.name} has no overflow encoding: use saturate=True")
-    if not isinstance(nbits, int) or isinstance(nbits, bool) or not 1 <= nbits <= 32:
-        raise ValueError(f"nbits must be an int in 1..32, got {nbits!r}")
-    if sr_rule not in SR_RULES:
-        raise ValueError(f"sr_rule must be one of {SR_RULES}, got {sr_rule!r}")
-    if sr_rule == "floor":
-        return _plan(fmt, work, sr, nbits if sr else 32, saturate)
-    return _plan(fmt, work, sr, nbits if sr else 32, saturate, sr_rule if sr else "floor")
 
 
 def _random_source(shape, rbits, key):
@@ -370,15 +362,16 @@ def _small_values(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
     below the working dtype's normals), which torch runs as well.
 
     Where one step ``2**qexp`` serves every such input (:attr:`_Plan.uniform_small`), NumPy
-    takes its own faster path, tested bit-equal to the rule: the scalings by ``2**-qexp`` and
-    ``2**qexp`` are exact multiplications by finite powers of two, so ``rint``/``floor`` round
-    exactly (a chunk has a few such inputs, and a few calls do them).
+    takes its own faster path for RTN and SR, tested bit-equal to the rule: the scalings by
+    ``2**-qexp`` and ``2**qexp`` are exact multiplications by finite powers of two, so
+    ``rint``/``floor`` round exactly (a chunk has a few such inputs, and a few calls do them).
+    Other modes take the rule.
     """
     src = plan.src
     ax = np.abs(xs)
-    if plan.uniform_small:
+    if plan.uniform_small and plan.mode in _FAST_MODES:
         y = ax * src.dtype.type(2.0 ** -plan.qexp)
-        if plan.sr:
+        if plan.stochastic:
             n = np.floor(y)
             t = _sr_units(plan, np.ldexp(y - n, plan.nbits), src.udtype)
             n += _sr_up(t, rbits, plan.nbits, src.udtype)
@@ -392,9 +385,11 @@ def _small_values(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
 
 def _int_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
     """Integer grids: :func:`ecosim.gridrules.int_grid_bits` (which torch runs as well), or,
-    where every input is finite, :func:`_finite_int_kernel`, tested bit-equal to it."""
+    for RTN and SR where every input is finite, :func:`_finite_int_kernel`, tested bit-equal
+    to it."""
     y = np.abs(x)
-    if y.size and np.isfinite(np.maximum.reduce(y)):  # NaN and inf show in the maximum
+    # NaN and inf show in the maximum
+    if plan.mode in _FAST_MODES and y.size and np.isfinite(np.maximum.reduce(y)):
         _finite_int_kernel(plan, x, y, out, rbits)
         return
     udt = plan.src.udtype
@@ -412,7 +407,7 @@ def _finite_int_kernel(plan: _Plan, x: np.ndarray, y: np.ndarray, out: np.ndarra
     to ``[int_min, int_max]``; adding 0 turns ``-0`` into ``+0`` as there.
     """
     fmt = plan.fmt
-    if plan.sr:
+    if plan.stochastic:
         n = np.floor(y)
         scaled = np.subtract(y, n, out=y)  # p, in [0, 1)
         scaled *= y.dtype.type(2.0 ** plan.nbits)
@@ -431,10 +426,10 @@ def _finite_int_kernel(plan: _Plan, x: np.ndarray, y: np.ndarray, out: np.ndarra
 
 
 # -- what the torch backend shares (ecosim.torch.rounding, ecosim.torch.quantizer) ----------------
-#: The constants of one (format, working dtype, mode, nbits, saturate) rounding.
+#: The constants of one (format, working dtype, rounding) combination.
 Plan = _Plan
-#: ``plan(fmt, work, sr, nbits, saturate, sr_rule="floor")``: the :class:`Plan` of a rounding (ValueError when
-#: the format's values are not all representable in the working dtype ``work``).
+#: ``plan(fmt, work, rounding)``: the :class:`Plan` of a :class:`Rounding` (ValueError when the
+#: format's values are not all representable in the working dtype ``work``).
 plan = _plan
 #: ``representable(fmt, src)``: whether every finite value of ``fmt`` is a value of ``src``.
 representable = _representable
@@ -442,5 +437,5 @@ representable = _representable
 #: float dtype; ``SRC_F32`` and ``SRC_F64`` are float32's and float64's.
 src_for = _src_for
 SRC_F32, SRC_F64 = _F32, _F64
-__all__ += ["Plan", "SRC_F32", "SRC_F64", "plan", "representable", "src_for",
+__all__ += ["Plan", "SRC_F32", "SRC_F64", "plan", "prepare", "representable", "src_for",
             "unrepresentable"]

@@ -55,9 +55,10 @@ def _float_code_kernel(plan: _Plan, x, codes, rbits, no_over: bool, defer: bool)
     r = np.empty_like(a)
     # Candidates: a < minnorm or a > hi, in one unsigned comparison (wrapping below minnorm);
     # unsigned formats test the signed bits, so negatives are candidates. No input up to hi
-    # rounds past max: SR adds less than one step 2**sh (hi = maxbits); RTN adds at most half
-    # a step, so up to maxbits + 2**(sh-1) - 1 the truncation gives maxbits (the largest input
-    # of an absmax block lands just above max after the division).
+    # rounds past max: hi is max plus the mode's headroom (SR: none, as it adds less than one
+    # step 2**sh; RTN adds at most half a step, so up to maxbits + 2**(sh-1) - 1 the truncation
+    # gives maxbits: the largest input of an absmax block lands just above max after the
+    # division).
     if no_over and fmt.signed:
         cand = a < U(plan.minnorm)
     else:
@@ -186,13 +187,13 @@ def _codes_of_bits(plan: _Plan, vb: np.ndarray) -> np.ndarray:
 def _int_code_kernel(plan: _Plan, x: np.ndarray, codes: np.ndarray, rbits) -> None:
     fmt = plan.fmt
     vals = np.empty_like(x)
-    if plan.sr:
-        _int_kernel(plan, x, vals, rbits)
-    else:
+    if plan.mode == "rtn":
         # The RTN values of _int_kernel: rint is odd-symmetric and the clip is its min; only the
         # sign of a zero (no code of its own) and of NaN can differ.
         np.rint(x, out=vals)
         np.clip(vals, x.dtype.type(fmt.int_min), x.dtype.type(fmt.int_max), out=vals)
+    else:
+        _int_kernel(plan, x, vals, rbits)
     if np.isnan(vals).any():
         raise ValueError(f"{fmt.name} has no NaN code")
     if codes.dtype.itemsize == 1:

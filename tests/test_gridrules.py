@@ -14,7 +14,7 @@ import pytest
 from ecosim import gridrules
 from ecosim.bitops import NUMPY_WORDS
 from ecosim.catalog import FORMATS
-from ecosim.rounding import _finite_int_kernel, _small_values, plan
+from ecosim.rounding import Rounding, _finite_int_kernel, _small_values, plan
 
 FLOATS = [n for n, f in FORMATS.items() if f.is_float and n not in ("bfloat16", "float16")]
 INTS = [n for n, f in FORMATS.items() if not f.is_float]
@@ -40,7 +40,7 @@ def _rbits(n: int, nbits: int) -> np.ndarray:
 
 
 def _cases(name, mode, nbits, rule):
-    p = plan(FORMATS[name], np.dtype(np.float32), mode == "sr", nbits, True, rule)
+    p = plan(FORMATS[name], np.dtype(np.float32), Rounding(mode, nbits, rule))
     a = _small_inputs(p)
     if mode == "sr" and nbits == 3:
         a = np.repeat(a, 8)
@@ -92,7 +92,7 @@ def _int_inputs(name: str) -> np.ndarray:
 @pytest.mark.parametrize("name", INTS)
 def test_numpy_finite_int_path_is_the_rule(name, mode, nbits, rule):
     """NumPy's _finite_int_kernel == int_grid_bits, which torch's shim runs to the same bits."""
-    p = plan(FORMATS[name], np.dtype(np.float32), mode == "sr", nbits, True, rule)
+    p = plan(FORMATS[name], np.dtype(np.float32), Rounding(mode, nbits, rule))
     x = _int_inputs(name)
     if mode == "sr" and nbits == 3:
         x = np.repeat(x, 8)
@@ -112,7 +112,7 @@ def test_int_rule_nonfinite_on_both_backends(name, mode):
     torch = pytest.importorskip("torch")
     from ecosim.torch.bitops import TORCH_WORDS
 
-    p = plan(FORMATS[name], np.dtype(np.float32), mode == "sr", 32, True)
+    p = plan(FORMATS[name], np.dtype(np.float32), Rounding(mode))
     specials = np.uint32([0x7F800001, 0xFFC00005, 0x7F800000, 0xFF800000]).view(np.float32)
     x = np.concatenate([specials, _int_inputs(name)])
     rb = _rbits(x.size, 32) if mode == "sr" else None

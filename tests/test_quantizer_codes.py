@@ -130,7 +130,7 @@ def test_codes_of_edge_values_equal_formats_encode(fmt, dtype, saturate):
         return
     x = edge_inputs(fmt, dtype)
     finite = x[np.isfinite(x)]
-    plan = rounding._prepare(fmt, np.dtype(dtype), False, 32, saturate)
+    plan = rounding.prepare(fmt, np.dtype(dtype), rounding.Rounding(saturate=saturate))
     codes = np.empty(finite.size, fmt.code_dtype)
     rounding_codes._code_kernel(plan, finite, codes, None)
     np.testing.assert_array_equal(codes, encode_bits(quantize(finite, fmt, saturate=saturate),

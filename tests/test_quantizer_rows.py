@@ -11,12 +11,12 @@ import pytest
 from ecosim import Quantizer, formats, quantizer
 from ecosim import quantizer_rows as qr
 from ecosim.checks import NonFiniteError
-from ecosim.rounding import _CHUNK, _kernel, _prepare
+from ecosim.rounding import _CHUNK, Rounding, _kernel, prepare
 from ecosim.rounding_codes import _candidate_codes, _code_kernel
 from test_quantizer_codes import assert_encoded, assert_same, edge_inputs, ref_values
 
 FAST = [formats.get(n) for n in formats.names()
-        if qr.fast_rtn_ok(_prepare(formats.get(n), np.dtype(np.float32), False, 32, True))]
+        if qr.fast_rtn_ok(prepare(formats.get(n), np.dtype(np.float32), Rounding()))]
 
 
 def rows_input(shape, dtype, seed=3):
@@ -97,7 +97,7 @@ def test_fast_kernels_equal_the_kernels(fmt, dtype):
     """Every value of the format, the midpoints and their neighbours, both signs, -0, the
     working dtype's subnormals: the fast kernels' values and codes are the kernels', bit for
     bit (integer grids: values from -int_max - 1/2 to int_max + 1/2, exclusive)."""
-    plan = _prepare(fmt, np.dtype(dtype), False, 32, True)
+    plan = prepare(fmt, np.dtype(dtype), Rounding())
     x = within_bound(plan, edge_inputs(fmt, dtype))
     if not fmt.is_float:
         x = np.concatenate([x, np.linspace(-7.49, 7.49, 999).astype(dtype), [-0.0, 0.4, -0.4]])
@@ -131,7 +131,7 @@ def test_fast_kernels_equal_the_kernels(fmt, dtype):
 def test_split_rounds_every_float32_input_like_the_kernel(fmt):
     """Veltkamp's split (signed_float_rtn's rounding) against the kernel on every float32
     input from the smallest normal to the bound, both signs (all 2**23 words of each binade)."""
-    plan = _prepare(fmt, np.dtype(np.float32), False, 32, True)
+    plan = prepare(fmt, np.dtype(np.float32), Rounding())
     k = qr._split_factor(plan)
     if k is None:
         assert fmt.name == "bfloat16"  # the product would overflow: the bits are rounded

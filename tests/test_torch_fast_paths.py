@@ -15,7 +15,7 @@ import ecosim.torch as et  # noqa: E402
 import ecosim.torch.quantizer as tq  # noqa: E402
 import ecosim.torch.rounding as tr  # noqa: E402
 from ecosim import formats  # noqa: E402
-from ecosim.rounding import plan  # noqa: E402
+from ecosim.rounding import Rounding, plan  # noqa: E402
 
 pytestmark = pytest.mark.torch
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -43,7 +43,7 @@ def grid_probes(fmt: str, dtype) -> np.ndarray:
 @pytest.mark.parametrize("dtype", [F32, F64])
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "fp16", "e2m1", "e3m2", "e2m3"])
 def test_rtn_by_addition_equals_numpy_on_every_grid_point_and_tie(fmt, dtype):
-    assert tr._adds_exactly(plan(formats.get(fmt), dtype, False, 32, True), CPU)
+    assert tr._adds_exactly(plan(formats.get(fmt), dtype, Rounding("rtn")), CPU)
     x = grid_probes(fmt, dtype.type)
     assert_array_equal(bits(et.quantize(torch.from_numpy(x), fmt)), bits(ecosim.quantize(x, fmt)))
 
@@ -51,15 +51,16 @@ def test_rtn_by_addition_equals_numpy_on_every_grid_point_and_tie(fmt, dtype):
 def test_rtn_by_addition_is_not_taken_where_it_is_not_exact():
     """fnuz formats (no -0), a subnormal step below float32's normals (bf16), SR."""
     for name, dtype, sr in (("e4m3fnuz", F32, False), ("bf16", F32, False), ("e4m3", F32, True)):
-        assert not tr._adds_exactly(plan(formats.get(name), dtype, sr, 32, True), CPU)
-    assert not tr._scales_exactly(plan(formats.get("bf16"), F32, True, 32, True), CPU)
-    assert not tr._scales_exactly(plan(formats.get("e4m3"), F64, True, 32, True), CPU)
+        r = Rounding("sr" if sr else "rtn")
+        assert not tr._adds_exactly(plan(formats.get(name), dtype, r), CPU)
+    assert not tr._scales_exactly(plan(formats.get("bf16"), F32, Rounding("sr")), CPU)
+    assert not tr._scales_exactly(plan(formats.get("e4m3"), F64, Rounding("sr")), CPU)
 
 
 @pytest.mark.parametrize("nbits", [1, 8, 23, 32])
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1"])
 def test_sr_below_the_smallest_normal_by_scaling_equals_numpy(fmt, nbits):
-    assert tr._scales_exactly(plan(formats.get(fmt), F32, True, nbits, True), CPU)
+    assert tr._scales_exactly(plan(formats.get(fmt), F32, Rounding("sr", nbits)), CPU)
     f = formats.get(fmt)
     x = grid_probes(fmt, np.float32)
     x = x[np.abs(x) < 2.0**f.emin]  # only the inputs the scaling path rounds

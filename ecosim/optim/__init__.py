@@ -6,6 +6,8 @@ Public names:
         ``ADAMW_SCHEMES`` add "eco_momentum_exact").
     muon: the factory of :class:`Muon` (Newton-Schulz orthogonalised momentum for matrices,
         AdamW for the rest; its ``"eco"`` is experimental), and :func:`newton_schulz`.
+    catalog: one row per optimizer (:mod:`ecosim.optim.catalog`); each row's factory is a
+        name of this package too (the ones above, and every other row's).
     dqt: DQT (SR onto the previous step's integer/ternary grid) as a named configuration.
     SGDMState, AdamWState, MuonState: the immutable state records.
     on_grid, state_quantizer, compensation_quantizer: helpers shared by the optimizers.
@@ -14,6 +16,7 @@ Public names:
     Schedules: Constant, WarmupCosine, StepDecay, InverseTime (and lowercase spellings),
         as_schedule.
 """
+from . import catalog
 from .adamw import AdamW, AdamWState, adamw, guard_horizon, schedule_guard_lr
 from .base import (ADAMW_SCHEMES, SCHEMES, NonFiniteGradient, QuantizedOptimizer,
                    compensation_quantizer, on_grid, state_quantizer)
@@ -67,3 +70,11 @@ __all__ = [
     "step_decay",
     "warmup_cosine",
 ]
+
+# Every optimizer of the catalog is a name of this package, its factory (``ecosim.optim.sgdm``):
+# a new optimizer is its module and its row of the catalog.
+for _spec in catalog.optimizers():
+    globals()[_spec.name] = _spec.factory_function()
+    if _spec.name not in __all__:
+        __all__.append(_spec.name)
+del _spec

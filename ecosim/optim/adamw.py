@@ -73,7 +73,8 @@ import numpy as np
 
 from ..checks import check_bool, check_positive
 from ..quantizer import Quantizer
-from .base import QuantizedOptimizer, _check_beta
+from .base import QuantizedOptimizer
+from .policies import check_beta
 from .schemes import Scheme
 
 __all__ = ["AdamW", "AdamWState", "adamw", "guard_horizon", "schedule_guard_lr"]
@@ -129,7 +130,7 @@ class AdamW(QuantizedOptimizer):
     def __post_init__(self):
         set_ = object.__setattr__
         self._check_fields(("m", "v"), ("b1",))
-        set_(self, "b2", _check_beta(self.b2, "b2", "fp"))
+        set_(self, "b2", check_beta(self.b2, "b2", "fp"))
         eps = check_positive(self.eps, "eps")
         set_(self, "eps", eps)
         set_(self, "wd_corrected_injection",

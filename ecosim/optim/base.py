@@ -62,7 +62,7 @@ from ..quantizer import Quantizer
 from ..rounding import quantize
 from . import catalog as optimizer_catalog
 from .diagnostics import StepDiagnostics
-from .policies import (ADAMW_SCHEMES, SCHEMES, _check_beta, _make_schedule, _resolve_weights,
+from .policies import (ADAMW_SCHEMES, SCHEMES, check_beta, _make_schedule, _resolve_weights,
                        compensation_quantizer, on_grid, resolve_states, state_quantizer,
                        weights_dict)
 from .schemes import BUFFER_STORAGE, REGISTRY, Scheme, get, names_for
@@ -276,7 +276,7 @@ class QuantizedOptimizer:
     def _write(self, q: Quantizer, x: np.ndarray, prev: np.ndarray, ctx: StepContext,
                name: str) -> np.ndarray:
         """The stored weights ``q(x)`` (SR key ``fold_in(key, t, name)``; DQT: previous grid)."""
-        key = ctx.key_of(name) if q.mode == "sr" else None
+        key = ctx.key_of(name) if q.rounding.stochastic else None
         if self.prev_scale:
             return q(x, key=key, scales=q.scales(prev))
         return _apply(q, x, key)
@@ -340,7 +340,7 @@ class QuantizedOptimizer:
                  _resolve_weights(self.init_weights, self.scheme, self.schemes))
         set_(self, "lr", _make_schedule(self.lr, self.scheme))
         for b in betas:
-            set_(self, b, _check_beta(getattr(self, b), b, self.scheme))
+            set_(self, b, check_beta(getattr(self, b), b, self.scheme))
         set_(self, "weight_decay", check_positive(self.weight_decay, "weight_decay",
                                                   allow_zero=True))
         set_(self, "prev_scale", check_bool(self.prev_scale, "prev_scale"))
@@ -348,14 +348,14 @@ class QuantizedOptimizer:
 
     @staticmethod
     def _quantize_buffer(q: Quantizer, x: np.ndarray, key: int, *data) -> np.ndarray:
-        return _apply(q, x, rng.fold_in(key, *data) if q.mode == "sr" else None)
+        return _apply(q, x, rng.fold_in(key, *data) if q.rounding.stochastic else None)
 
     def _qstate(self, which: str, x: np.ndarray, ctx: StepContext, name: str,
                 tag: str | None = None) -> np.ndarray:
         qs = self.states.get(which)
         if qs is None:
             return x
-        return _apply(qs, x, ctx.key_of(name, tag or which) if qs.mode == "sr" else None)
+        return _apply(qs, x, ctx.key_of(name, tag or which) if qs.rounding.stochastic else None)
 
     def _inject(self, m: np.ndarray, k: np.ndarray, ctx: StepContext, name: str) -> np.ndarray:
         """``m + k`` stored in ``m``'s format (SR tag ``"m_inject"``); records what survived."""
@@ -479,7 +479,7 @@ class QuantizedOptimizer:
                                  "by this optimizer's init?")
             g = G[name]
             if qg is not None:
-                g = _apply(qg, g, ctx.key_of(name, "g") if qg.mode == "sr" else None)
+                g = _apply(qg, g, ctx.key_of(name, "g") if qg.rounding.stochastic else None)
             new_w, new_b = self.step_param(name, w, g, b, ctx)
             out_p[name] = new_w
             for k, arr in new_b.items():

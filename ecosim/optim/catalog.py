@@ -47,6 +47,10 @@ class OptimizerSpec:
             takes every parameter).
         factory: ``"module:function"`` of the NumPy factory.
         torch: ``"module:class"`` of the torch twin (None: NumPy only).
+        injects: whether an offset added to the momentum is given back by the later updates
+            (the update grows with the momentum at fixed other state), as ECO's memory-free
+            injection needs; False: the schemes that inject into the momentum or carry their
+            error through it are not offered (:func:`ecosim.optim.schemes.names_for`).
     """
 
     name: str
@@ -55,10 +59,15 @@ class OptimizerSpec:
     factory: str
     others: str | None = None
     torch: str | None = None
+    injects: bool = True
 
     def make(self, *args, **kwargs):
         """The NumPy optimizer: ``factory(*args, **kwargs)``."""
         return _load(self.factory)(*args, **kwargs)
+
+    def factory_function(self):
+        """The NumPy factory itself (what :mod:`ecosim.optim` exports under :attr:`name`)."""
+        return _load(self.factory)
 
     def torch_twin(self):
         """The torch optimizer class mirroring this one (needs torch), or None."""

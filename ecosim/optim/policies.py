@@ -19,13 +19,14 @@ from ..formats import Format, get
 from ..quantizer import Quantizer
 from ..rounding import quantize
 from ..checks import check_real
-from .catalog import names as optimizer_names
+from . import catalog as optimizer_catalog
 from .schedules import as_schedule
 from .schemes import REGISTRY, is_eco, names_for
 
 __all__ = [
     "ADAMW_SCHEMES",
     "SCHEMES",
+    "check_beta",
     "compensation_quantizer",
     "on_grid",
     "resolve_states",
@@ -33,8 +34,11 @@ __all__ = [
     "weights_dict",
 ]
 
-#: the schemes every optimizer implements (:mod:`ecosim.optim.schemes` defines them)
-SCHEMES = tuple(n for n in REGISTRY if all(n in names_for(o) for o in optimizer_names()))
+#: the schemes every optimizer that takes ECO's injection implements (SGDM, AdamW, Muon;
+#: :mod:`ecosim.optim.schemes` defines them, :mod:`ecosim.optim.catalog` says which inject)
+SCHEMES = tuple(n for n in REGISTRY
+                if all(n in names_for(o.name) for o in optimizer_catalog.optimizers()
+                       if o.injects))
 #: AdamW's: SCHEMES and the AdamW-only ones (the momentum-exact ECO, :mod:`ecosim.optim.adamw`)
 ADAMW_SCHEMES = names_for("adamw")
 #: the schemes whose momentum carries the rounding error (beta in (0, 1) and lr > 0 needed)
@@ -167,7 +171,7 @@ def resolve_states(states: Any, moments: tuple[str, ...], scheme: str,
     return MappingProxyType(out)
 
 
-def _check_beta(value: Any, name: str, scheme: str) -> float:
+def check_beta(value: Any, name: str, scheme: str) -> float:
     """beta in [0, 1); ECO's coefficient needs beta in (0, 1)."""
     value = check_real(value, name)
     if is_eco(scheme):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional, Protocol
 
+from . import catalog as optimizer_catalog
 from .catalog import names as optimizer_names
 
 __all__ = ["Scheme", "WriteTarget", "REGISTRY", "BUFFER_STORAGE", "get", "names_for",
@@ -291,14 +292,23 @@ def is_eco(name: Any) -> bool:
     return s is not None and s.eco
 
 
+def _offered(s: Scheme, optimizer: str) -> bool:
+    """Whether ``optimizer`` runs scheme ``s``: the scheme names it, and a scheme that moves
+    its error through the momentum needs an optimizer whose later updates give it back."""
+    if optimizer not in s.optimizers:
+        return False
+    through_momentum = s.after == "inject" or s.exact == "momentum"
+    return not through_momentum or optimizer_catalog.get(optimizer).injects
+
+
 def names_for(optimizer: str) -> tuple[str, ...]:
     """The schemes a NumPy optimizer (a name of :mod:`ecosim.optim.catalog`) runs."""
-    return tuple(n for n, s in REGISTRY.items() if optimizer in s.optimizers)
+    return tuple(n for n, s in REGISTRY.items() if _offered(s, optimizer))
 
 
 def torch_names_for(optimizer: str) -> tuple[str, ...]:
     """The schemes the torch twin of a NumPy optimizer (``"sgdm"``, ``"adamw"``) runs."""
-    return tuple(n for n, s in REGISTRY.items() if s.torch and optimizer in s.optimizers)
+    return tuple(n for n, s in REGISTRY.items() if s.torch and _offered(s, optimizer))
 
 
 def all_buffers() -> tuple[str, ...]:

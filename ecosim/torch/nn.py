@@ -393,7 +393,7 @@ class QuantizedLinear(nn.Module):
         if w.dtype in _HALF:  # decoded in float32; the module keeps its dtype (below)
             w = w.float()
         self.write(w, key=rng.fold_in(rng.as_key(key), "init", self.name)
-                   if self.quantizer.mode == "sr" else None)
+                   if self.quantizer.rounding.stochastic else None)
         self._initial = w  # W_0 for a master copy, e_0 or c_0 (see pop_initial); not copied
         if bias is not None:
             with torch.no_grad():

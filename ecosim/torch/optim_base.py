@@ -231,7 +231,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
             w = full
         else:
             w = self._write(meta, p, full, _sr_key(key, "init", name)
-                            if q.mode == "sr" else None)
+                            if q.rounding.stochastic else None)
         self._init_state(st, group, meta, full, w)
 
     @staticmethod
@@ -248,7 +248,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         if codec is None:
             st[which] = x
             return x
-        k = _sr_key(key, *data) if codec.q.mode == "sr" else None
+        k = _sr_key(key, *data) if codec.q.rounding.stochastic else None
         values, codes, scales = codec.encode(x, k)
         st[which] = codes
         if scales is not None:
@@ -276,7 +276,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         codec = self.states.get("g")
         if codec is None:
             return g
-        return codec.encode(g, _sr_key(key, t, name, "g") if codec.q.mode == "sr"
+        return codec.encode(g, _sr_key(key, t, name, "g") if codec.q.rounding.stochastic
                             else None)[0]
 
     def _codecs_of(self, meta):
@@ -507,7 +507,7 @@ class _Write:
     def weights(self, tt):
         meta = self.meta
         return self.opt._write(meta, self.p, tt, _sr_key(self.key, self.t, meta.name)
-                               if meta.q.mode == "sr" else None)
+                               if meta.q.rounding.stochastic else None)
 
     def compensation(self, e):
         self.opt._keep(self.st, "c", e, self.key, self.t, self.meta.name, "c",

@@ -38,6 +38,7 @@ from .. import quantizer as _np_quantizer
 from ..checks import native, scale_error
 from ..formats import Format, get
 from ..rounding import SRC_F32 as _F32
+from ..rounding_modes import Rounding
 from ..rounding import SRC_F64 as _F64
 from ..scale_rules import absmean_scales, block_scales, refuse_nonfinite
 from .numerics import _numpy_mean, scalar
@@ -194,24 +195,20 @@ class Quantizer(_np_quantizer.QuantizerConfig):
             rb = rbits if isinstance(rbits, torch.Tensor) else torch.from_numpy(
                 np.ascontiguousarray(native(np.asarray(rbits))))
             rb = rb.reshape(xb.shape)
-        if self.mode == "sr":
-            kw = dict(rbits=rb, key=key, nbits=self.nbits, saturate=self.saturate,
-                      sr_rule=self.sr_rule)
-        elif key is not None or rbits is not None:
+        if not self.rounding.stochastic and (key is not None or rbits is not None):
             raise ValueError("key/rbits are for mode='sr'")
-        else:
-            kw = dict(saturate=self.saturate)
+        kw = dict(rbits=rb, key=key)
         if (dequantize and xb.dtype == s.dtype and xb.device.type == "cpu"
                 and not self._may_nan and xb.numel() > bits_chunk_size(xb.device, 0)):
             # |x| <= amax, so no |x / s| exceeds the block's amax / s (division is monotone)
             bound = (amax / s).max() if amax is not None and amax.numel() else None
-            return x, quantize_scaled(xb, s, self.fmt, self.mode, bound=bound, **kw), None
+            return x, quantize_scaled(xb, s, self.fmt, self.rounding, bound=bound, **kw), None
         # Half inputs are scaled in float32, widened through their bits: torch's own cast
         # turns every float16 NaN into 0x7FFFFFFF, NumPy keeps sign and payload.
         xw = xb if xb.dtype == s.dtype else to_work_bits(xb).view(torch.float32).reshape(xb.shape)
         if xw.dtype != s.dtype:
             xw = xw.to(s.dtype)
-        return x, quantize(xw / s, self.fmt, self.mode, **kw), s
+        return x, quantize(xw / s, self.fmt, self.rounding, **kw), s
 
     @property
     def _may_nan(self) -> bool:
@@ -279,7 +276,8 @@ class Quantizer(_np_quantizer.QuantizerConfig):
         return _dequantize(c, s, enc.dtype, True).reshape(enc.shape)
 
 
-def quantize_scaled(x: torch.Tensor, s: torch.Tensor, fmt: Format | str, mode: str = "rtn", *,
+def quantize_scaled(x: torch.Tensor, s: torch.Tensor, fmt: Format | str,
+                    mode: str | Rounding = "rtn", *,
                     rbits=None, nbits: int = 32, key=None, saturate: bool = True,
                     sr_rule: str = "floor", bound=None) -> torch.Tensor:
     """``quantize(x / s, ...) * s`` bit for bit, for a float32 or float64 CPU tensor ``x`` and

@@ -44,15 +44,11 @@ import torch
 
 from .. import gridrules
 from ..bitops import finish_bits, round_bits
-from ..checks import check_bool, native
+from ..checks import native
 from ..formats import Format, get
-from ..rounding import MODES, SR_RULES
-from ..rounding import Plan as _Plan
-from ..rounding import plan as _plan
-from ..rounding import representable as _representable
 from ..rng import fill_bits, seed_and_counter
-from ..rounding import src_for as _src_for
-from ..rounding import unrepresentable
+from ..rounding import Plan, prepare, representable, src_for, unrepresentable
+from ..rounding_modes import MODES, Rounding
 from . import rng as trng
 from .bitops import TORCH_WORDS, const
 
@@ -69,8 +65,8 @@ _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, t
 _SIGNED_INTS = (torch.int8, torch.int16, torch.int32, torch.int64)
 
 
-def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int = 32, key=None,
-             saturate: bool = True, sr_rule: str = "floor") -> torch.Tensor:
+def quantize(x, fmt: Format | str, mode: str | Rounding = "rtn", *, rbits=None, nbits: int = 32,
+             key=None, saturate: bool = True, sr_rule: str = "floor") -> torch.Tensor:
     """Round ``x`` onto the grid of ``fmt``: :func:`ecosim.quantize` for torch tensors.
 
     Same arguments, rules and errors as the NumPy function, and the same bits: given the same
@@ -82,9 +78,11 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
         x: float16, bfloat16, float32 or float64 tensor on any device (anything else is passed
             through ``numpy.asarray`` first, so Python floats become float64).
         fmt: a :class:`~ecosim.formats.Format` or a name (``"e4m3"``, ``"bf16"``, ``"int4"``).
-        mode: ``"rtn"`` (nearest, ties to an even code; E8M0 ties away) or ``"sr"``
-            (the magnitude goes up iff ``r + floor(p * 2**nbits) >= 2**nbits``, with ``r`` the
-            low ``nbits`` of the random word and ``p`` the position between the neighbours).
+        mode: ``"rtn"`` (nearest, ties to an even code; E8M0 ties away), ``"sr"`` (the
+            magnitude goes up iff ``r + floor(p * 2**nbits) >= 2**nbits``, with ``r`` the low
+            ``nbits`` of the random word and ``p`` the position between the neighbours), any
+            other name of :data:`~ecosim.rounding_modes.MODES`, or a
+            :class:`~ecosim.rounding_modes.Rounding`.
         rbits: random bits for SR: an integer tensor (or array) of ``x``'s shape with
             non-negative values (int64 holding words below 2**32, as
             :func:`ecosim.torch.rng.random_bits` returns, or any torch integer dtype; only the
@@ -115,28 +113,14 @@ def quantize(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbits: int 
 def _setup(x, fmt, mode, rbits, nbits, key, saturate, sr_rule):
     """quantize's checks of its arguments: ``(x as a tensor, plan, source of random bits)``."""
     fmt = get(fmt)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    saturate = check_bool(saturate, "saturate")
+    rounding = Rounding.of(mode, nbits, sr_rule, saturate)
     x = _as_tensor(x)
     if x.dtype not in _NP_DTYPE:
         raise TypeError(f"expected a floating-point tensor (float16, bfloat16, float32 or "
                         f"float64), got dtype {x.dtype}")
-    _check_representable(fmt, x.dtype)
-    if not fmt.is_float and not saturate:
-        raise ValueError(f"integer format {fmt.name} has no overflow encoding: use saturate=True")
-    sr = mode == "sr"
-    if not isinstance(nbits, int) or isinstance(nbits, bool) or not 1 <= nbits <= 32:
-        raise ValueError(f"nbits must be an int in 1..32, got {nbits!r}")
-    if sr_rule not in SR_RULES:
-        raise ValueError(f"sr_rule must be one of {SR_RULES}, got {sr_rule!r}")
-    work = np.dtype(np.float64) if x.dtype == torch.float64 else np.dtype(np.float32)
-    if sr_rule == "floor":
-        plan = _plan(fmt, work, sr, nbits if sr else 32, saturate)
-    else:
-        plan = _plan(fmt, work, sr, nbits if sr else 32, saturate, sr_rule if sr else "floor")
+    plan = prepare(fmt, _NP_DTYPE[x.dtype], rounding, shown=x.dtype)
     bits_src = None
-    if sr:
+    if rounding.stochastic:
         bits_src = _random_source(x, rbits, key)
     elif rbits is not None or key is not None:
         raise ValueError("rbits and key are for mode='sr'")
@@ -145,7 +129,7 @@ def _setup(x, fmt, mode, rbits, nbits, key, saturate, sr_rule):
 
 def _check_representable(fmt: Format, dtype: torch.dtype) -> None:
     """Refuse a format whose values ``dtype`` cannot all hold (NumPy's rule and message)."""
-    if not _representable(fmt, _src_for(_NP_DTYPE[dtype])):
+    if not representable(fmt, src_for(_NP_DTYPE[dtype])):
         raise ValueError(unrepresentable(fmt, dtype))
 
 
@@ -188,7 +172,7 @@ def _random_source(x: torch.Tensor, rbits, key):
     return ("key", *seed_and_counter(key))
 
 
-def _run_chunks(plan: _Plan, b, out: torch.Tensor, bits_src, scaled=None) -> None:
+def _run_chunks(plan: Plan, b, out: torch.Tensor, bits_src, scaled=None) -> None:
     """Round chunk by chunk; inputs below the smallest normal are gathered and done at once.
 
     The few elements below the smallest normal take many small integer ops: doing them once for the
@@ -272,7 +256,7 @@ def _part(t: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     return t if lo == 0 and hi == t.shape[0] else t[lo:hi]
 
 
-def _small_into(plan: _Plan, b: torch.Tensor, out: torch.Tensor, idx: torch.Tensor,
+def _small_into(plan: Plan, b: torch.Tensor, out: torch.Tensor, idx: torch.Tensor,
                 rbits) -> None:
     """The rounded bits of the inputs ``b[idx]`` below the smallest normal, into ``out[idx]``
     (``rbits``: their int64 random words, for SR)."""
@@ -357,7 +341,7 @@ def from_work_bits(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 # -- kernels -----------------------------------------------------------------------------------
 
-def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws,
+def _float_kernel(plan: Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws,
                   magic: bool = False, bounded: bool = False) -> torch.Tensor:
     """Rounded bits of the working-float bits ``b`` into ``r`` (ecosim.rounding._float_kernel).
 
@@ -379,11 +363,13 @@ def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws,
     if magic and amax <= plan.hi:
         _round_by_add(plan, b, a, r, t)
         return a.new_empty(0, dtype=torch.int64)
-    if amax <= plan.hi and fmt.signed and plan.sh and (plan.sr or fmt.ties == "even"):
-        # No NaN or inf, and nothing rounds past max (plan.hi: max, plus just under half a
-        # step for RTN), so the carry never reaches the sign bit: round the bits with their
-        # sign (`r` is then final wherever the input is at least the smallest normal), with
-        # NumPy's rule (ecosim.bitops), skipping the overflow, sign and NaN rules of _finish.
+    if amax <= plan.hi and fmt.signed and plan.sh and (plan.mode != "rtn"
+                                                       or fmt.ties == "even"):
+        # No NaN or inf, and nothing rounds past max (plan.hi: max plus the mode's headroom),
+        # so the carry never reaches the sign bit: round the bits with their sign (`r` is then
+        # final wherever the input is at least the smallest normal), with NumPy's rule
+        # (ecosim.bitops), skipping the overflow, sign and NaN rules of _finish. RTN
+        # with ties away from zero (E8M0's) takes the general path.
         round_bits(plan, b, r, rbits, TORCH_WORDS)
     else:
         # NaN inputs become inf here, so no carry below can overflow; `a` still knows they
@@ -398,18 +384,18 @@ def _float_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws,
     return _below(a, plan.minnorm, t)
 
 
-def _adds_exactly(plan: _Plan, device: torch.device) -> bool:
+def _adds_exactly(plan: Plan, device: torch.device) -> bool:
     """Whether RTN may round by :func:`_round_by_add`: ties to even onto normals and a uniform
     subnormal step, on the CPU (IEEE float addition, round to nearest even), with half that
     step at least the working float's smallest normal, so that even a mode that reads
     subnormal inputs as zero (``torch.set_flush_denormal``) changes no result: such inputs
     round to zero either way, and no sum or result is subnormal. Not for fnuz formats, whose
     zero has no sign."""
-    return (device.type == "cpu" and not plan.sr and plan.uniform_small and plan.sh > 0
+    return (device.type == "cpu" and plan.mode == "rtn" and plan.uniform_small and plan.sh > 0
             and plan.fmt.nan != "fnuz" and plan.qexp - 1 >= plan.src.emin)
 
 
-def _round_by_add(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor,
+def _round_by_add(plan: Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor,
                   m: torch.Tensor) -> None:
     """RTN ties to even of finite inputs (bits ``b``, magnitude bits ``a``) that cannot round past
     max, into ``r``, by one float addition: ``m`` (scratch) becomes ``2**e`` with ``e`` the
@@ -428,7 +414,7 @@ def _round_by_add(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor
     torch.copysign(rf, b.view(fdt), out=rf)
 
 
-def _finish(plan: _Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor, t=None) -> None:
+def _finish(plan: Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor, t=None) -> None:
     """Overflow, sign, -0 and NaN rules on rounded magnitudes ``r`` of inputs ``b`` (in place):
     NumPy's rule, :func:`ecosim.bitops.finish_bits`.
 
@@ -444,16 +430,17 @@ def pow2_bits(n: torch.Tensor, e, src) -> torch.Tensor:
     return gridrules.pow2_bits(n, e, src, TORCH_WORDS)
 
 
-def _scales_exactly(plan: _Plan, device: torch.device) -> bool:
+def _scales_exactly(plan: Plan, device: torch.device) -> bool:
     """Whether SR below the smallest normal may take :func:`_small_sr_by_scaling`: float32 work
     on the CPU, one subnormal step ``2**qexp``, the floor rule, and ``2**(qexp - nbits)`` at
     least float32's smallest normal (so a subnormal input, read as zero or not, counts zero
     units of ``2**(qexp - nbits)`` either way, and no product is subnormal)."""
-    return (device.type == "cpu" and plan.sr and plan.uniform_small and plan.sr_rule == "floor"
+    return (device.type == "cpu" and plan.mode == "sr" and plan.uniform_small
+            and plan.sr_rule == "floor"
             and plan.src.mant == 23 and plan.qexp - plan.nbits >= plan.src.emin)
 
 
-def _small_sr_by_scaling(plan: _Plan, a: torch.Tensor, rbits: torch.Tensor) -> torch.Tensor:
+def _small_sr_by_scaling(plan: Plan, a: torch.Tensor, rbits: torch.Tensor) -> torch.Tensor:
     """int32 bits of SR'd magnitudes (float32 magnitude bits ``a`` below the smallest normal,
     int64 random words ``rbits``), from a few float32 and int64 ops.
 
@@ -471,6 +458,6 @@ def _small_sr_by_scaling(plan: _Plan, a: torch.Tensor, rbits: torch.Tensor) -> t
     return (n.to(torch.float32) * 2.0 ** plan.qexp).view(torch.int32)
 
 
-def _int_kernel(plan: _Plan, b: torch.Tensor, r: torch.Tensor, rbits) -> None:
+def _int_kernel(plan: Plan, b: torch.Tensor, r: torch.Tensor, rbits) -> None:
     """Integer grids: :func:`ecosim.gridrules.int_grid_bits`, into ``r``."""
     gridrules.int_grid_bits(plan, b, r, rbits, TORCH_WORDS)
