@@ -31,7 +31,8 @@ def round_reference(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbit
     """Round finite float64 values ``x`` onto ``fmt`` (see :func:`ecosim.quantize`).
 
     ``sr_rule="nearest"`` counts ``rint(p * 2**nbits)`` rounding-up words (ties to even)
-    instead of ``floor(p * 2**nbits)``.
+    instead of ``floor(p * 2**nbits)``. ``mode="rtz"`` keeps the neighbour nearer zero, and a
+    value past the range becomes the top value even with ``saturate=False``.
     """
     fmt = get(fmt)
     x = np.asarray(x, dtype=np.float64)
@@ -60,6 +61,8 @@ def round_reference(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbit
         else:
             tie_up = np.ones_like(tie)
         up = (dhi < dlo) | (tie & tie_up)
+    elif mode == "rtz":
+        up = np.zeros(a.shape, bool)
     else:
         rb = np.asarray(rbits).astype(np.uint64) & np.uint64((1 << nbits) - 1)
         scaled = np.ldexp((a - lo) / (hi - lo), nbits)
@@ -74,7 +77,7 @@ def round_reference(x, fmt: Format | str, mode: str = "rtn", *, rbits=None, nbit
         mag = np.minimum(mag, np.where(neg, -fmt.int_min, fmt.int_max))
         return np.where(neg, -mag, mag) + 0.0
     overflow = mag > top
-    if saturate or fmt.nan == "none":
+    if saturate or fmt.nan == "none" or mode == "rtz":
         mag = np.where(overflow, top, mag)
     elif fmt.has_inf:
         mag = np.where(overflow, np.inf, mag)

@@ -175,8 +175,29 @@ class Stochastic(ModeRule):
         return n
 
 
+class TowardZero(ModeRule):
+    """``"rtz"``: to the grid value nearest zero (truncation: IEEE 754's roundTowardZero, as
+    accumulators and some hardware round). A finite value past the range becomes max even with
+    ``saturate=False`` (IEEE 754, clause 7.4); an infinity stays one where the format has it."""
+
+    name = "rtz"
+    overflow_to_max = True
+
+    def headroom(self, sh):
+        return (1 << sh) - 1  # everything below the next binade's value truncates to max
+
+    def addend(self, plan, a, r, rbits, ops):
+        r[...] = a
+
+    def count(self, plan, fl, rem, d, rbits, ops):
+        return fl
+
+    def on_step_one(self, plan, y, rbits, ops):
+        return ops.xp.floor(y)
+
+
 #: The modes, by name: every rounding ecosim runs.
-RULES: dict[str, ModeRule] = {rule.name: rule for rule in (Nearest(), Stochastic())}
+RULES: dict[str, ModeRule] = {rule.name: rule for rule in (Nearest(), Stochastic(), TowardZero())}
 #: The names of the modes (``mode=``).
 MODES = tuple(RULES)
 
@@ -186,7 +207,8 @@ class Rounding:
     """One rounding, checked: what :func:`ecosim.quantize` is told besides the format.
 
     Args:
-        mode: one of :data:`MODES`: ``"rtn"`` (to nearest), ``"sr"`` (stochastic).
+        mode: one of :data:`MODES`: ``"rtn"`` (to nearest), ``"sr"`` (stochastic), ``"rtz"``
+            (toward zero).
         nbits: how many low bits of each random word a stochastic mode reads (1..32).
         sr_rule: how a stochastic mode counts rounding-up words (:data:`SR_RULES`).
         saturate: True: values past the range (and infinities) become +-max. False: the
