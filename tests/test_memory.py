@@ -73,7 +73,7 @@ def test_formula_from_an_optimizer_object():
     with pytest.raises(ValueError, match="one weight quantizer"):
         bytes_per_param(sgdm(0.1, scheme="eco", weights={"W0": Quantizer("e4m3")}))
     with pytest.raises(ValueError, match="optimizer"):
-        bytes_per_param("lion")
+        bytes_per_param("sophia")
 
 
 @pytest.mark.parametrize("fmt,nbytes", [("e4m3", 1), ("e5m2", 1), ("e2m3", 1), ("int8", 1),

@@ -10,7 +10,7 @@ optimizers, by default all of these).
 
 Example:
     >>> [o.name for o in optimizers()]
-    ['sgdm', 'adamw', 'muon']
+    ['sgdm', 'adamw', 'muon', 'lion']
     >>> get("adamw").moments, get("muon").others
     (('m', 'v'), 'adamw')
     >>> get("adamw").torch_twin().__name__
@@ -82,6 +82,8 @@ for _spec in (
                   torch="ecosim.torch.optim:ECOAdamW"),
     # every parameter Muon takes is a matrix: one momentum; the rest is AdamW's
     OptimizerSpec("muon", "Muon", ("m",), "ecosim.optim.muon:muon", others="adamw"),
+    # its update is a sign: nothing injected into the momentum is given back
+    OptimizerSpec("lion", "Lion", ("m",), "ecosim.optim.lion:lion", injects=False),
 ):
     _REGISTRY.register(_spec.name, _spec)
 del _spec
