@@ -215,3 +215,31 @@ def test_naive_rtz_pulls_the_weights_toward_zero():
     rtz, rtn, master = run("rtz", "naive"), run("rtn", "naive"), run("rtz", "master")
     assert rtz < 0.7 * rtn
     assert master > 0.95 * rtn
+
+
+def test_a_cast_state_keeps_every_field_of_its_rounding():
+    """A bf16 moment with SR's "nearest" rule and 4 random bits (a plain cast in the torch
+    codec) rounds as NumPy's does: the record, not some of its fields, reaches the kernel."""
+    torch = pytest.importorskip("torch")
+    import ecosim.torch as et
+    from ecosim.optim import adamw
+
+    rs = np.random.default_rng(4)
+    P = {"w": rs.standard_normal((8, 16)).astype(np.float32)}
+    G = [{"w": rs.standard_normal((8, 16)).astype(np.float32)} for _ in range(5)]
+    cfg = dict(fmt="bf16", mode="sr", nbits=4, sr_rule="nearest", scale=1.0)
+    qn = ecosim.Quantizer("e4m3", granularity="row")
+    no = adamw(1e-2, scheme="eco", weights=qn, states={"m": ecosim.Quantizer(**cfg)})
+    p = torch.nn.Parameter(torch.from_numpy(P["w"].copy()))
+    to = et.ECOAdamW([("w", p)], 1e-2, scheme="eco", key=0,
+                     weights=et.Quantizer("e4m3", granularity="row"),
+                     states={"m": et.Quantizer(**cfg)})
+    w, s = no.init(P, key=0)
+    for g in G:
+        w, s = no.step(w, g, s)
+        p.grad = torch.from_numpy(g["w"].copy())
+        to.step()
+        assert torch.equal(to.state_values(p, "m"), torch.from_numpy(s.m["w"]))
+    floor = dict(cfg, sr_rule="floor")
+    assert not np.array_equal(ecosim.Quantizer(**floor)(s.m["w"] * 1.01, key=1),
+                              ecosim.Quantizer(**cfg)(s.m["w"] * 1.01, key=1))

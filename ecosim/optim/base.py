@@ -580,8 +580,7 @@ def _apply(q: Quantizer, x: np.ndarray, key: int | None) -> np.ndarray:
     scale of 1 is exact), without the scale bookkeeping, which dominates on small tensors.
     """
     if q.fixed and q.scale == 1.0 and x.dtype in _FLOATS:
-        return quantize(x, q.fmt, q.mode, key=key, nbits=q.nbits, saturate=q.saturate,
-                        sr_rule=q.sr_rule)
+        return quantize(x, q.fmt, q.rounding, key=key)
     return q(x, key=key)
 
 

@@ -121,7 +121,7 @@ class _Codec:
     def encode(self, x: torch.Tensor, key):
         q = self.q
         if self.cast:
-            v = quantize(x, q.fmt, q.mode, key=key, nbits=q.nbits, saturate=q.saturate)
+            v = quantize(x, q.fmt, q.rounding, key=key)
             return v, v.to(self.typed), None
         if self.fast:
             x, c, s = q._codes(x, key, None)
