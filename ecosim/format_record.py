@@ -324,7 +324,7 @@ def encode_bits(values: np.ndarray, fmt: Format) -> np.ndarray:
     code = (sign << (E + M)) | (expf << M) | np.nan_to_num(mant).astype(np.int64)
     if fmt.nan == "fnuz":
         code = np.where(a == 0, 0, code)  # no negative zero
-    nan_code = _nan_code(fmt, sign)
+    nan_code = nan_code_of(fmt, sign)
     inf_code = (sign << (E + M)) | ((2**E - 1) << M)
     code = np.where(np.isnan(v), nan_code, code)
     if fmt.has_inf:
@@ -339,7 +339,7 @@ def encode_bits(values: np.ndarray, fmt: Format) -> np.ndarray:
     return code.astype(cdt)
 
 
-def _nan_code(fmt: Format, sign: np.ndarray) -> np.ndarray:
+def nan_code_of(fmt: Format, sign: np.ndarray) -> np.ndarray:
     E, M = fmt.exponent_bits, fmt.mantissa_bits
     if fmt.nan == "ieee":
         return (sign << (E + M)) | ((2**E - 1) << M) | (1 << (M - 1))

@@ -31,7 +31,7 @@ import numpy as np
 
 from .catalog import FORMATS, lookup
 from .format_record import Format, decode_bits, encode_bits
-from .format_record import _nan_code  # noqa: F401  (ecosim.rounding's NaN codes)
+from .format_record import nan_code_of  # noqa: F401  (ecosim.rounding's NaN codes)
 
 __all__ = ["Format", "custom", "get", "names", "encode", "decode", "pack", "unpack"]
 

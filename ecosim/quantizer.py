@@ -17,12 +17,12 @@ import numpy as np
 
 from ._checks import native, scale_error
 from .formats import Format, get
-from .rounding import (_CHUNK, Rounding, _chunk_bits, _kernel, prepare, _random_source,
+from .rounding import (CHUNK, Rounding, chunk_bits, round_kernel, prepare, random_source,
                        quantize)
 from .quantizer_rows import code_pending, fused_rows
 from .scale_rules import (NUMPY_SCALES, absmax_scales, absmean_scales, pow2_scales,
                           refuse_nonfinite)
-from .rounding_codes import _code_kernel, _code_values, _decode_table, _pack
+from .rounding_codes import code_kernel, code_values, decode_table, pack_codes
 
 __all__ = ["Quantizer", "QuantizerConfig", "Encoded", "SCALE_RULES", "POW2_RULES"]
 
@@ -304,21 +304,21 @@ class Quantizer(QuantizerConfig):
         bits_src = None
         if sr:
             rb = None if rbits is None else np.asarray(rbits).reshape(xb.shape)
-            bits_src = _random_source(xb.shape, rb, key)
+            bits_src = random_source(xb.shape, rb, key)
         n = R * C
-        if not codes_out and n <= _CHUNK:  # one chunk: whole-array steps cost fewer calls
+        if not codes_out and n <= CHUNK:  # one chunk: whole-array steps cost fewer calls
             xw = xb.astype(dt, copy=False)
             if s is None:
                 s = self._scales(xb, info.axes, dt, info.tiny, info.rho)
             y = (xw / s).reshape(-1)
             c = np.empty(n, dt)
-            _kernel(plan, y, c, _chunk_bits(bits_src, 0, n))
+            round_kernel(plan, y, c, chunk_bits(bits_src, 0, n))
             c = c.reshape(xb.shape)
             if x.dtype == dt:  # s * code rounded once in dt, as _dequantize does
                 return x, np.multiply(c, s, out=c), s
             return x, _dequantize(c, s, x.dtype), s
         fuse = (s is None and kind == "row" and self.scale in ("absmax", "absmax_pow2")
-                and 0 < C <= _CHUNK)
+                and 0 < C <= CHUNK)
         res = cbuf = None
         if codes_out:
             res = np.empty(n + 3, self.fmt.code_dtype)  # room to pack 2- and 4-bit codes
@@ -332,7 +332,7 @@ class Quantizer(QuantizerConfig):
         s2 = s.reshape((R, 1) if kind == "row" else (1, C) if kind == "col" else (1, 1))
         X2 = np.ascontiguousarray(xb).reshape(R, C)
         half = x.dtype not in (np.float32, np.float64)
-        m = min(n, _CHUNK)
+        m = min(n, CHUNK)
         ybuf = np.empty(m, dt)
         if not codes_out:
             res, cbuf = np.empty(n, dt), np.empty(m, dt)
@@ -366,16 +366,16 @@ class Quantizer(QuantizerConfig):
                 lo, k = i0 * C + j0, xc.size
                 sc = s2[i0:i1] if kind == "row" else s2[:, j0:j1] if kind == "col" else s2
                 y = np.divide(xc, sc, out=ybuf[:k].reshape(shape2)).reshape(-1)
-                r = _chunk_bits(bits_src, lo, lo + k)
+                r = chunk_bits(bits_src, lo, lo + k)
                 if codes_out:
-                    p = _code_kernel(plan, y, res[lo:lo + k], r, no_over=no_over, defer=True)
+                    p = code_kernel(plan, y, res[lo:lo + k], r, no_over=no_over, defer=True)
                     if p is not None:
                         pending.append((p[0] + lo, p[1], p[2]))
                 elif half:
-                    _kernel(plan, y, res[lo:lo + k], r, no_over=no_over)
+                    round_kernel(plan, y, res[lo:lo + k], r, no_over=no_over)
                 else:
                     c = cbuf[:k]
-                    _kernel(plan, y, c, r, no_over=no_over)
+                    round_kernel(plan, y, c, r, no_over=no_over)
                     np.multiply(c.reshape(shape2), sc, out=R2[i0:i1, j0:j1])
         if codes_out:
             code_pending(plan, res, pending)
@@ -415,7 +415,7 @@ class Quantizer(QuantizerConfig):
         """Quantize and store: codes in real low-precision storage, plus scales.
 
         The codes come from the rounding kernel's bit arithmetic in the same chunked pass
-        (:func:`ecosim.rounding_codes._code_kernel`); they equal :func:`ecosim.formats.encode`
+        (:func:`ecosim.rounding_codes.code_kernel`); they equal :func:`ecosim.formats.encode`
         of the values :meth:`__call__` rounds to, bit for bit.
         """
         x, res, s = self._run(x, key, rbits, scales, codes_out=True)
@@ -424,7 +424,7 @@ class Quantizer(QuantizerConfig):
         xb_shape = self._blocked(np.empty(x.shape, np.bool_))[0].shape
         if fmt.bits <= 4:
             packed = 4 if fmt.bits > 2 else 2
-            codes = _pack(res, packed, n)
+            codes = pack_codes(res, packed, n)
         else:
             packed = 0
             codes = res[:n].reshape(xb_shape)
@@ -454,7 +454,7 @@ class Quantizer(QuantizerConfig):
         idx = None
         if enc.packed_bits:
             raw = np.asarray(enc.codes, np.uint8).reshape(-1)
-            vals = np.take(_decode_table(fmt, work, enc.packed_bits), raw).view(work)[:n]
+            vals = np.take(decode_table(fmt, work, enc.packed_bits), raw).view(work)[:n]
         else:
             stored = np.asarray(enc.codes)
             if fmt.dtype is not None and stored.dtype == fmt.dtype:
@@ -466,17 +466,17 @@ class Quantizer(QuantizerConfig):
                                 f"codes, got {stored.dtype}")
             idx = idx.reshape(-1)
             if idx.dtype.itemsize > 2:  # formats of more than 16 bits: no table
-                vals = _code_values(idx, fmt, work)
+                vals = code_values(idx, fmt, work)
                 idx = None
             else:
                 vals = np.empty(n, work)
         if dtype != work:
             if idx is not None:
-                np.take(_decode_table(fmt, work, 8 * idx.dtype.itemsize), idx, out=vals)
+                np.take(decode_table(fmt, work, 8 * idx.dtype.itemsize), idx, out=vals)
             return _dequantize(vals.reshape(blocked_shape), s, dtype).reshape(enc.shape)
         s2 = s.reshape((R, 1) if kind == "row" else (1, C) if kind == "col" else (1, 1))
         V2 = vals.reshape(R, C)
-        table = None if idx is None else _decode_table(fmt, work, 8 * idx.dtype.itemsize)
+        table = None if idx is None else decode_table(fmt, work, 8 * idx.dtype.itemsize)
         for i0, i1, j0, j1 in _chunks(R, C):
             if table is not None:
                 lo, hi = i0 * C + j0, (i1 - 1) * C + j1
@@ -489,17 +489,17 @@ class Quantizer(QuantizerConfig):
 
 def _chunks(R: int, C: int):
     """``(i0, i1, j0, j1)`` tiles of an ``R x C`` C-order array, each a contiguous flat range of
-    at most ``_CHUNK`` elements: whole rows when a row fits, else pieces of one row."""
+    at most ``CHUNK`` elements: whole rows when a row fits, else pieces of one row."""
     if R == 0 or C == 0:
         return
-    if C <= _CHUNK:
-        k = _CHUNK // C
+    if C <= CHUNK:
+        k = CHUNK // C
         for i in range(0, R, k):
             yield i, min(i + k, R), 0, C
     else:
         for i in range(R):
-            for j in range(0, C, _CHUNK):
-                yield i, i + 1, j, min(j + _CHUNK, C)
+            for j in range(0, C, CHUNK):
+                yield i, i + 1, j, min(j + CHUNK, C)
 
 
 def _groups(R: int, C: int, fuse: bool):
@@ -508,7 +508,7 @@ def _groups(R: int, C: int, fuse: bool):
     if not fuse:
         yield 0, R
         return
-    step = 8 * max(1, _CHUNK // C)
+    step = 8 * max(1, CHUNK // C)
     for g in range(0, R, step):
         yield g, min(g + step, R)
 

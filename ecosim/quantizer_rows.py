@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 from .bitops import NUMPY_WORDS, add_rounding, round_bits
-from .rounding import _CHUNK, _kernel, _small_values
-from .rounding_codes import _candidate_codes, _code_kernel
+from .rounding import CHUNK, round_kernel, small_magnitudes
+from .rounding_codes import candidate_codes, code_kernel
 
 __all__ = ["code_pending", "fast_rtn_ok", "fused_rows", "row_absmax", "rows_rtn"]
 
@@ -57,7 +57,7 @@ def row_absmax(X2: np.ndarray, i0: int, i1: int, amax: np.ndarray, ubuf: np.ndar
     floats. Long rows: ``max(max x, -min x)``, two reductions that write nothing.
     """
     C = X2.shape[1]
-    k = max(1, _CHUNK // C)
+    k = max(1, CHUNK // C)
     if C >= _EXPAND_BELOW:
         for a in range(i0, i1, k):
             b = min(a + k, i1)
@@ -77,7 +77,7 @@ def row_absmax(X2: np.ndarray, i0: int, i1: int, amax: np.ndarray, ubuf: np.ndar
 
 
 def signed_float_rtn(plan, y: np.ndarray, c: np.ndarray, ubuf: np.ndarray, defer=False):
-    """:func:`ecosim.rounding._kernel` (RTN, ``no_over``) of ``y`` into ``c`` for a float format
+    """:func:`ecosim.rounding.round_kernel` (RTN, ``no_over``) of ``y`` into ``c`` for a float format
     with ``-0`` (signed, not fnuz), on the bits with their sign.
 
     With ``no_over`` (no ``|y|`` above ``plan.hi``, no NaN) the carry of the rounding never
@@ -130,13 +130,13 @@ def _split_factor(plan):
 
 def small_bits(plan, ys: np.ndarray) -> np.ndarray:
     """The rounded bits, sign included, of inputs ``ys`` below the smallest normal
-    (:func:`ecosim.rounding._small_values` of their magnitudes, and their sign bits)."""
+    (:func:`ecosim.rounding.small_magnitudes` of their magnitudes, and their sign bits)."""
     udt = plan.src.udtype
-    return _small_values(plan, ys, None) | (ys.view(udt) & udt.type(1 << (8 * udt.itemsize - 1)))
+    return small_magnitudes(plan, ys, None) | (ys.view(udt) & udt.type(1 << (8 * udt.itemsize - 1)))
 
 
 def int_rtn(y: np.ndarray, c: np.ndarray) -> None:
-    """:func:`ecosim.rounding._kernel` (RTN) of ``y`` into ``c`` for an integer grid, when no
+    """:func:`ecosim.rounding.round_kernel` (RTN) of ``y`` into ``c`` for an integer grid, when no
     ``|y|`` reaches ``int_max + 1/2`` (nor ``-int_min + 1/2``): ``rint`` is odd-symmetric, so
     the kernel's ``copysign(rint(|y|), y)`` is ``rint(y)``, nothing needs the clip, and adding
     ``0`` turns ``-0`` into ``+0`` as there."""
@@ -157,7 +157,7 @@ def fast_codes_ok(plan) -> bool:
 
 def signed_float_codes(plan, y: np.ndarray, codes: np.ndarray, ubuf: np.ndarray,
                        rbuf: np.ndarray):
-    """:func:`ecosim.rounding_codes._code_kernel` (RTN, ``no_over``, ``defer``) of ``y`` into
+    """:func:`ecosim.rounding_codes.code_kernel` (RTN, ``no_over``, ``defer``) of ``y`` into
     one-byte ``codes``, on the bits with their sign (see :func:`signed_float_rtn`).
 
     With ``W`` the working dtype's exponent width, the rounded bits of a normal value less the
@@ -197,7 +197,7 @@ def signed_float_codes(plan, y: np.ndarray, codes: np.ndarray, ubuf: np.ndarray,
 
 
 def int_codes(plan, y: np.ndarray, codes: np.ndarray, cbuf: np.ndarray) -> None:
-    """:func:`ecosim.rounding_codes._code_kernel` (RTN) of ``y`` into one-byte ``codes`` for an
+    """:func:`ecosim.rounding_codes.code_kernel` (RTN) of ``y`` into one-byte ``codes`` for an
     integer grid, under :func:`int_rtn`'s bound: ``rint`` needs no clip and no value is NaN;
     the two's complement byte, masked to the storage bits. Returns None (no candidates)."""
     fmt = plan.fmt
@@ -225,7 +225,7 @@ def rows_rtn(plan, X2: np.ndarray, s2: np.ndarray, out2: np.ndarray, i0: int, i1
     """
     ybuf, cbuf, ubuf, sbuf = bufs
     C = X2.shape[1]
-    k = max(1, _CHUNK // C)
+    k = max(1, CHUNK // C)
     expand = C < _EXPAND_BELOW
     is_float = plan.fmt.is_float
     fast = no_over and fast_rtn_ok(plan)
@@ -246,7 +246,7 @@ def rows_rtn(plan, X2: np.ndarray, s2: np.ndarray, out2: np.ndarray, i0: int, i1
             lo = a * C
             codes = out2[lo:lo + n]
             if not fast:
-                p = _code_kernel(plan, y, codes, None, no_over=no_over, defer=True)
+                p = code_kernel(plan, y, codes, None, no_over=no_over, defer=True)
             elif is_float:
                 p = signed_float_codes(plan, y, codes, ubuf, cbuf.view(ubuf.dtype))
             else:
@@ -256,7 +256,7 @@ def rows_rtn(plan, X2: np.ndarray, s2: np.ndarray, out2: np.ndarray, i0: int, i1
             continue
         c = cbuf[:n]
         if not fast:
-            _kernel(plan, y, c, None, no_over=no_over)
+            round_kernel(plan, y, c, None, no_over=no_over)
         elif is_float:
             p = signed_float_rtn(plan, y, c, ubuf, defer=True)
             if p is not None:
@@ -271,7 +271,7 @@ def rows_rtn(plan, X2: np.ndarray, s2: np.ndarray, out2: np.ndarray, i0: int, i1
 
 
 def fused_rows(plan, X2: np.ndarray, s2: np.ndarray, scales_of, tiny, codes=None):
-    """RTN of ``X2`` (``(R, C)``, float32 or float64, ``0 < C <= _CHUNK``) with absmax scales per
+    """RTN of ``X2`` (``(R, C)``, float32 or float64, ``0 < C <= CHUNK``) with absmax scales per
     row, the scales written into ``s2`` (``(R, 1)``): ``(values, None)``, the rounded values
     ``(R, C)``, or with ``codes`` (flat, ``plan.fmt.code_dtype``, at least ``R * C``) the codes
     written there and ``(codes, pending)``, the code kernel's candidates as :func:`rows_rtn`
@@ -284,7 +284,7 @@ def fused_rows(plan, X2: np.ndarray, s2: np.ndarray, scales_of, tiny, codes=None
     R, C = X2.shape
     dt = X2.dtype
     fmt = plan.fmt
-    k = max(1, _CHUNK // C)
+    k = max(1, CHUNK // C)
     m = min(R, k) * C
     bufs = (np.empty(m, dt), np.empty(m, dt), np.empty(m, plan.src.udtype), np.empty(m, dt))
     pending = None if codes is None else []
@@ -313,4 +313,4 @@ def code_pending(plan, codes: np.ndarray, pending: list) -> None:
     ``(flat indices, inputs, random words or None)``) into ``codes``, all in one call."""
     if pending:
         idx, xs, rs = (np.concatenate(p) if p[0] is not None else None for p in zip(*pending))
-        codes[idx] = _candidate_codes(plan, xs, rs)
+        codes[idx] = candidate_codes(plan, xs, rs)

@@ -31,7 +31,7 @@ from .formats import Format, get
 from .rounding_modes import MODES, SR_RULES, ModeRule, Rounding
 
 __all__ = ["quantize", "MODES", "SR_RULES", "Rounding"]
-_CHUNK = 1 << 15  # elements: 128 KiB per float32 temporary
+CHUNK = 1 << 15  # elements: 128 KiB per float32 temporary
 #: The modes NumPy's faster paths below the smallest normal and on integer grids serve; every
 #: other mode takes the rules of ecosim.gridrules.
 _FAST_MODES = ("rtn", "sr")
@@ -83,7 +83,7 @@ def _representable(fmt: Format, src: _Src) -> bool:
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Plan:
     """Constants of one (format, working dtype, rounding) combination.
 
     ``rule``, ``mode``, ``stochastic``, ``nbits``, ``sr_rule`` and ``saturate`` are the
@@ -100,7 +100,7 @@ class _Plan:
     sr_rule: str
     saturate: bool
     sh: int = 0  # S - M: low bits dropped in the normal range
-    minnorm: int = 0  # bits of 2**max(emin, working emin): below it, _small_values
+    minnorm: int = 0  # bits of 2**max(emin, working emin): below it, small_magnitudes
     maxbits: int = 0  # bits of the largest finite value
     infbits: int = 0  # bits of +inf in the working dtype
     qexp: int = 0  # exponent of the uniform step below the smallest normal
@@ -109,7 +109,7 @@ class _Plan:
 
 
 @lru_cache(maxsize=256)
-def _plan(fmt: Format, work: np.dtype, rounding: Rounding) -> _Plan:
+def _plan(fmt: Format, work: np.dtype, rounding: Rounding) -> Plan:
     src = _src_for(work)
     if not _representable(fmt, src):
         raise ValueError(f"{fmt.name} values are not all representable in {work}; "
@@ -118,12 +118,12 @@ def _plan(fmt: Format, work: np.dtype, rounding: Rounding) -> _Plan:
     of_rounding = (rounding, rule, rounding.mode, rule.stochastic, rounding.nbits,
                    rounding.sr_rule, rounding.saturate)
     if not fmt.is_float:
-        return _Plan(fmt, src, *of_rounding)
+        return Plan(fmt, src, *of_rounding)
     S, M = src.mant, fmt.mantissa_bits
     bits_of = lambda v: int(np.array(v, work).view(src.udtype))  # noqa: E731
     qexp = fmt.emin - M if fmt.subnormals else fmt.emin
     maxbits = bits_of(fmt.max)
-    return _Plan(fmt, src, *of_rounding, sh=S - M,
+    return Plan(fmt, src, *of_rounding, sh=S - M,
                  minnorm=bits_of(math.ldexp(1.0, max(fmt.emin, src.emin))), maxbits=maxbits,
                  infbits=bits_of(np.inf), qexp=qexp,
                  hi=maxbits + (rule.headroom(S - M) if S > M else 0),
@@ -188,7 +188,7 @@ def quantize(x, fmt: Format | str, mode: str | Rounding = "rtn", *, rbits=None, 
     xw = np.ascontiguousarray(arr, dtype=work).reshape(-1)
     bits_src = None
     if sr:
-        bits_src = _random_source(arr.shape, rbits, key)
+        bits_src = random_source(arr.shape, rbits, key)
     elif rbits is not None or key is not None:
         raise ValueError("rbits and key are for mode='sr'")
     out = np.empty(xw.size, work)
@@ -212,7 +212,7 @@ def _remember(key, value):
     return value
 
 
-def _checked(x, fmt, mode, nbits, saturate, sr_rule) -> tuple[np.ndarray, _Plan]:
+def _checked(x, fmt, mode, nbits, saturate, sr_rule) -> tuple[np.ndarray, Plan]:
     """:func:`quantize`'s checks, in its order: ``(x as a native array, plan)``."""
     exact = (type(x) is np.ndarray and type(mode) in (str, Rounding) and type(nbits) is int
              and type(saturate) is bool and type(sr_rule) is str)
@@ -235,7 +235,7 @@ def _checked(x, fmt, mode, nbits, saturate, sr_rule) -> tuple[np.ndarray, _Plan]
     return arr, plan
 
 
-def prepare(fmt: Format, out_dtype: np.dtype, rounding: Rounding, *, shown=None) -> _Plan:
+def prepare(fmt: Format, out_dtype: np.dtype, rounding: Rounding, *, shown=None) -> Plan:
     """The plan of ``rounding`` onto ``fmt`` for an input of (native) ``out_dtype``, after the
     checks that need the format and the dtype: every value of ``fmt`` is one of ``out_dtype``
     (``shown``: the dtype the message names, a torch dtype for the torch backend), and an
@@ -263,7 +263,7 @@ def unrepresentable(fmt: Format, dtype) -> str:
             f"input's dtype); pass {wider} input")
 
 
-def _random_source(shape, rbits, key):
+def random_source(shape, rbits, key):
     if (rbits is None) == (key is None):
         raise ValueError("mode='sr' needs exactly one of rbits= (random bits) or key=")
     if rbits is not None:
@@ -280,20 +280,20 @@ def _random_source(shape, rbits, key):
     return ("key", *rng.seed_and_counter(key))
 
 
-def _run_chunks(plan: _Plan, xw: np.ndarray, out: np.ndarray, bits_src) -> None:
+def _run_chunks(plan: Plan, xw: np.ndarray, out: np.ndarray, bits_src) -> None:
     n = xw.size
-    if n <= _CHUNK:
-        _kernel(plan, xw, out, _chunk_bits(bits_src, 0, n))
+    if n <= CHUNK:
+        round_kernel(plan, xw, out, chunk_bits(bits_src, 0, n))
         return
-    for lo in range(0, n, _CHUNK):
-        hi = min(lo + _CHUNK, n)
-        _kernel(plan, xw[lo:hi], out[lo:hi], _chunk_bits(bits_src, lo, hi))
+    for lo in range(0, n, CHUNK):
+        hi = min(lo + CHUNK, n)
+        round_kernel(plan, xw[lo:hi], out[lo:hi], chunk_bits(bits_src, lo, hi))
 
 
-def _chunk_bits(bits_src, lo: int, hi: int):
+def chunk_bits(bits_src, lo: int, hi: int):
     """The random words of flat elements ``lo..hi-1`` (None for RTN).
 
-    ``bits_src`` is what :func:`_random_source` returns: given words, or a key whose element
+    ``bits_src`` is what :func:`random_source` returns: given words, or a key whose element
     ``i`` uses counter ``counter + i`` (so any chunk is generated on its own).
     """
     if bits_src is None:
@@ -303,14 +303,14 @@ def _chunk_bits(bits_src, lo: int, hi: int):
     return rng.fill_bits(bits_src[1], bits_src[2] + lo, np.empty(hi - lo, np.uint32))
 
 
-def _kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, *, no_over=False) -> None:
+def round_kernel(plan: Plan, x: np.ndarray, out: np.ndarray, rbits, *, no_over=False) -> None:
     """Round ``x`` into ``out``. ``no_over``: the caller knows that no ``|x|`` exceeds the
     value of bits ``plan.hi`` and none is NaN, so nothing can round past max (the test for it
     is skipped)."""
     if plan.fmt.is_float:
-        _float_kernel(plan, x, out, rbits, no_over)
+        float_kernel(plan, x, out, rbits, no_over)
     else:
-        _int_kernel(plan, x, out, rbits)
+        int_kernel(plan, x, out, rbits)
 
 
 def _sr_up(frac_units: np.ndarray, rbits: np.ndarray, nbits: int, udt) -> np.ndarray:
@@ -326,17 +326,17 @@ def _sr_up(frac_units: np.ndarray, rbits: np.ndarray, nbits: int, udt) -> np.nda
     return frac_units > (nmask - r)
 
 
-def _sr_units(plan: _Plan, scaled: np.ndarray, udt) -> np.ndarray:
+def _sr_units(plan: Plan, scaled: np.ndarray, udt) -> np.ndarray:
     """``t`` from ``scaled = p * 2**nbits`` (exact): its floor, or rint (ties to even)."""
     t = np.rint(scaled) if plan.sr_rule == "nearest" else np.floor(scaled)
     return t.astype(udt)
 
 
-def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=False) -> None:
+def float_kernel(plan: Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=False) -> None:
     src = plan.src
     U = src.udtype.type
     b = x.view(src.udtype)
-    a = b & NUMPY_WORDS.word(_absmask(src), b)  # magnitude bits: monotone in |x|
+    a = b & NUMPY_WORDS.word(absmask(src), b)  # magnitude bits: monotone in |x|
     sign = b ^ a
     r = out.view(src.udtype)  # the rounded magnitude is built in place in the output
     # the carry out of the dropped bits, then truncation, is the rounding (ecosim.bitops)
@@ -346,22 +346,22 @@ def _float_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=Fa
     # One reduction says whether there is any (the mask is built only then).
     if a.size and np.minimum.reduce(a) < plan.minnorm:
         idx = np.flatnonzero(a < U(plan.minnorm))
-        r[idx] = _small_values(plan, x[idx], None if rbits is None else rbits[idx])
+        r[idx] = small_magnitudes(plan, x[idx], None if rbits is None else rbits[idx])
 
     # Overflow, sign, -0 and NaN (ecosim.bitops).
     finish_bits(plan, sign, a, r, NUMPY_WORDS, no_over)
 
 
-def _absmask(src: _Src) -> int:
+def absmask(src: _Src) -> int:
     return (1 << (8 * src.udtype.itemsize - 1)) - 1
 
 
-def _small_values(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
+def small_magnitudes(plan: Plan, xs: np.ndarray, rbits) -> np.ndarray:
     """Bits of the rounded magnitudes of inputs below ``plan.minnorm``: the rule of
     :func:`ecosim.gridrules.small_values` (subnormals, the flush-to-zero gap, E8M0's binades
     below the working dtype's normals), which torch runs as well.
 
-    Where one step ``2**qexp`` serves every such input (:attr:`_Plan.uniform_small`), NumPy
+    Where one step ``2**qexp`` serves every such input (:attr:`Plan.uniform_small`), NumPy
     takes its own faster path for RTN and SR, tested bit-equal to the rule: the scalings by
     ``2**-qexp`` and ``2**qexp`` are exact multiplications by finite powers of two, so
     ``rint``/``floor`` round exactly (a chunk has a few such inputs, and a few calls do them).
@@ -383,7 +383,7 @@ def _small_values(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
     return gridrules.small_values(plan, a, rbits, NUMPY_WORDS).astype(src.udtype)
 
 
-def _int_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
+def int_kernel(plan: Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
     """Integer grids: :func:`ecosim.gridrules.int_grid_bits` (which torch runs as well), or,
     for RTN and SR where every input is finite, :func:`_finite_int_kernel`, tested bit-equal
     to it."""
@@ -396,9 +396,9 @@ def _int_kernel(plan: _Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
     gridrules.int_grid_bits(plan, x.view(udt), out.view(udt), rbits, NUMPY_WORDS)
 
 
-def _finite_int_kernel(plan: _Plan, x: np.ndarray, y: np.ndarray, out: np.ndarray,
+def _finite_int_kernel(plan: Plan, x: np.ndarray, y: np.ndarray, out: np.ndarray,
                        rbits) -> None:
-    """:func:`_int_kernel` for finite ``x`` (``y = |x|``), in fewer passes, to the same bits.
+    """:func:`int_kernel` for finite ``x`` (``y = |x|``), in fewer passes, to the same bits.
 
     Without NaN or inf no fraction needs repairing. ``t = floor(p * 2**nbits)`` is below
     ``2**nbits <= 2**32`` and is taken by truncation (the scaling by a power of two is exact), so
@@ -425,9 +425,7 @@ def _finite_int_kernel(plan: _Plan, x: np.ndarray, y: np.ndarray, out: np.ndarra
     np.add(n, x.dtype.type(0.0), out=out)  # integer grids have no -0
 
 
-# -- what the torch backend shares (ecosim.torch.rounding, ecosim.torch.quantizer) ----------------
-#: The constants of one (format, working dtype, rounding) combination.
-Plan = _Plan
+# -- what the torch backend and the code kernels share --------------------------------------------
 #: ``plan(fmt, work, rounding)``: the :class:`Plan` of a :class:`Rounding` (ValueError when the
 #: format's values are not all representable in the working dtype ``work``).
 plan = _plan

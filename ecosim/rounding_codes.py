@@ -1,12 +1,12 @@
 """The rounding kernel's results as the format's codes (bit patterns), without the values.
 
-:func:`_code_kernel` is :func:`ecosim.rounding.quantize`'s kernel with a different last step: the
+:func:`code_kernel` is :func:`ecosim.rounding.quantize`'s kernel with a different last step: the
 rounded magnitude, shifted right by the dropped bits, is already the format's exponent and
 mantissa fields up to a bias difference, so :class:`ecosim.Quantizer` (``encode``) gets real
 low-precision storage in the same chunked pass as the rounding, bit-identical to
 :func:`ecosim.formats.encode` of the rounded values. The inputs off that fast path (below the
 smallest normal, past max, inf, NaN) are rounded by the value kernel and converted
-(:func:`_candidate_codes`, :func:`_codes_of_bits`). The storage of codes (packing 2- and 4-bit
+(:func:`candidate_codes`, :func:`_codes_of_bits`). The storage of codes (packing 2- and 4-bit
 codes into bytes, the tables that decode them) is here as well.
 """
 
@@ -18,12 +18,12 @@ import numpy as np
 
 from .bitops import NUMPY_WORDS, add_rounding
 from .formats import Format, decode_bits
-from .rounding import _absmask, _float_kernel, _int_kernel, _Plan, _small_values
+from .rounding import absmask, float_kernel, int_kernel, Plan, small_magnitudes
 
 
-def _code_kernel(plan: _Plan, x: np.ndarray, codes: np.ndarray, rbits, *, no_over=False,
+def code_kernel(plan: Plan, x: np.ndarray, codes: np.ndarray, rbits, *, no_over=False,
                  defer=False):
-    """Raw codes (``plan.fmt.code_dtype``) of the values that :func:`_kernel` rounds ``x`` to.
+    """Raw codes (``plan.fmt.code_dtype``) of the values that :func:`round_kernel` rounds ``x`` to.
 
     This is the kernel's own arithmetic with a different last step: for an input whose
     magnitude bits ``a`` lie in ``[minnorm, hi]`` (a normal value of both the format and the
@@ -32,7 +32,7 @@ def _code_kernel(plan: _Plan, x: np.ndarray, codes: np.ndarray, rbits, *, no_ove
     format's code is that minus ``(bias_w - bias) << M``, computed modulo ``2**bits`` in the code
     dtype itself, with the sign bit added from the input. The other inputs, the candidates
     (below the smallest normal, zeros included; past ``hi``, inf, NaN; for an unsigned format
-    negatives), are coded by :func:`_candidate_codes`. Integer grids round as :func:`_kernel`
+    negatives), are coded by :func:`candidate_codes`. Integer grids round as :func:`round_kernel`
     (RTN: ``rint`` and a clip, the same values) and cast.
 
     ``no_over``: the caller knows that no ``|x|`` exceeds the value of bits ``plan.hi`` (and
@@ -46,12 +46,12 @@ def _code_kernel(plan: _Plan, x: np.ndarray, codes: np.ndarray, rbits, *, no_ove
     return None
 
 
-def _float_code_kernel(plan: _Plan, x, codes, rbits, no_over: bool, defer: bool):
+def _float_code_kernel(plan: Plan, x, codes, rbits, no_over: bool, defer: bool):
     fmt, src = plan.fmt, plan.src
     U = src.udtype.type
     C = codes.dtype.type
     b = x.view(src.udtype)
-    a = b & U(_absmask(src))
+    a = b & U(absmask(src))
     r = np.empty_like(a)
     # Candidates: a < minnorm or a > hi, in one unsigned comparison (wrapping below minnorm);
     # unsigned formats test the signed bits, so negatives are candidates. No input up to hi
@@ -83,17 +83,17 @@ def _float_code_kernel(plan: _Plan, x, codes, rbits, no_over: bool, defer: bool)
     pending = idx, x[idx], None if rbits is None else rbits[idx]
     if defer:
         return pending
-    codes[idx] = _candidate_codes(plan, *pending[1:])
+    codes[idx] = candidate_codes(plan, *pending[1:])
     return None
 
 
-def _candidate_codes(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
+def candidate_codes(plan: Plan, xs: np.ndarray, rbits) -> np.ndarray:
     """Codes of the inputs that :func:`_float_code_kernel` leaves aside (any inputs, in fact).
 
     Where everything below the smallest normal is one uniform grid (``plan.uniform_small``:
     zeros and subnormals, the usual candidates) the code of such an input is the number of
-    steps ``2**qexp`` that :func:`_small_values` rounds it to, plus the sign bit (none on a
-    fnuz zero); the rest are rounded by :func:`_float_kernel` and converted by
+    steps ``2**qexp`` that :func:`small_magnitudes` rounds it to, plus the sign bit (none on a
+    fnuz zero); the rest are rounded by :func:`float_kernel` and converted by
     :func:`_codes_of_bits`.
     """
     fmt, src = plan.fmt, plan.src
@@ -102,10 +102,10 @@ def _candidate_codes(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
     rest = np.ones(xs.size, bool)
     if plan.uniform_small:
         b = xs.view(src.udtype)
-        a = b & U(_absmask(src))
+        a = b & U(absmask(src))
         small = a < U(plan.minnorm)
         sidx = np.flatnonzero(small)
-        mags = _small_values(plan, xs[sidx], None if rbits is None else rbits[sidx])
+        mags = small_magnitudes(plan, xs[sidx], None if rbits is None else rbits[sidx])
         n = (mags.view(src.dtype) * src.dtype.type(2.0 ** -plan.qexp)).astype(out.dtype)
         neg = b[sidx] > a[sidx]
         if fmt.nan == "fnuz":
@@ -115,12 +115,12 @@ def _candidate_codes(plan: _Plan, xs: np.ndarray, rbits) -> np.ndarray:
     if rest.any():
         ridx = np.flatnonzero(rest)
         vals = np.empty(ridx.size, src.dtype)
-        _float_kernel(plan, xs[ridx], vals, None if rbits is None else rbits[ridx])
+        float_kernel(plan, xs[ridx], vals, None if rbits is None else rbits[ridx])
         out[ridx] = _codes_of_bits(plan, vals.view(src.udtype))
     return out
 
 
-def _codes_of_bits(plan: _Plan, vb: np.ndarray) -> np.ndarray:
+def _codes_of_bits(plan: Plan, vb: np.ndarray) -> np.ndarray:
     """Raw codes of on-grid values given as working-dtype bits (NaN, inf and zeros included).
 
     Integer arithmetic on the bit fields: a normal value of the format is ``(a >> (S - M))``
@@ -132,12 +132,12 @@ def _codes_of_bits(plan: _Plan, vb: np.ndarray) -> np.ndarray:
     Values below the working dtype's smallest normal in a format laid out otherwise (no catalogued
     format in float32 or float64) go through :func:`ecosim.formats.encode_bits`.
     """
-    from .formats import _nan_code, encode_bits
+    from .formats import nan_code_of, encode_bits
 
     fmt, src = plan.fmt, plan.src
     E, M, S = fmt.exponent_bits, fmt.mantissa_bits, src.mant
     W = 8 * src.udtype.itemsize
-    a = (vb & src.udtype.type(_absmask(src))).astype(np.int64)
+    a = (vb & src.udtype.type(absmask(src))).astype(np.int64)
     sign = (vb >> src.udtype.type(W - 1)).astype(np.int64)
     if not fmt.signed:
         sign[:] = 0
@@ -179,21 +179,21 @@ def _codes_of_bits(plan: _Plan, vb: np.ndarray) -> np.ndarray:
             shown = vb[bad][:3].view(src.dtype).astype(np.float64)
             raise ValueError(f"values {shown.tolist()} are not on the {fmt.name} grid; "
                              "quantize first")
-        code = np.where(nan, _nan_code(fmt, sign), code)
+        code = np.where(nan, nan_code_of(fmt, sign), code)
         code = np.where(inf, (sign << (E + M)) | (((1 << E) - 1) << M), code)
     return code.astype(fmt.code_dtype)
 
 
-def _int_code_kernel(plan: _Plan, x: np.ndarray, codes: np.ndarray, rbits) -> None:
+def _int_code_kernel(plan: Plan, x: np.ndarray, codes: np.ndarray, rbits) -> None:
     fmt = plan.fmt
     vals = np.empty_like(x)
     if plan.mode == "rtn":
-        # The RTN values of _int_kernel: rint is odd-symmetric and the clip is its min; only the
+        # The RTN values of int_kernel: rint is odd-symmetric and the clip is its min; only the
         # sign of a zero (no code of its own) and of NaN can differ.
         np.rint(x, out=vals)
         np.clip(vals, x.dtype.type(fmt.int_min), x.dtype.type(fmt.int_max), out=vals)
     else:
-        _int_kernel(plan, x, vals, rbits)
+        int_kernel(plan, x, vals, rbits)
     if np.isnan(vals).any():
         raise ValueError(f"{fmt.name} has no NaN code")
     if codes.dtype.itemsize == 1:
@@ -205,7 +205,7 @@ def _int_code_kernel(plan: _Plan, x: np.ndarray, codes: np.ndarray, rbits) -> No
 
 
 # -- storage of codes (ecosim.Quantizer.encode and decode) -------------------------------------
-def _pack(codes: np.ndarray, bits: int, n: int) -> np.ndarray:
+def pack_codes(codes: np.ndarray, bits: int, n: int) -> np.ndarray:
     """:func:`ecosim.formats.pack` of the first ``n`` codes (``codes`` holds zeros after them
     and at least 3 more elements), by shifts of 16- or 32-bit words."""
     per = 8 // bits
@@ -219,24 +219,24 @@ def _pack(codes: np.ndarray, bits: int, n: int) -> np.ndarray:
     return w.astype(np.uint8)
 
 
-def _code_values(codes: np.ndarray, fmt: Format, work: np.dtype) -> np.ndarray:
+def code_values(codes: np.ndarray, fmt: Format, work: np.dtype) -> np.ndarray:
     """:func:`~ecosim.formats.decode_bits` of ``codes`` in ``work`` (a NaN code gives the
     positive quiet NaN, as :func:`ecosim.formats.decode` and the torch backend give it)."""
     return decode_bits(np.asarray(codes).astype(np.int64), fmt).astype(work)
 
 
 @lru_cache(maxsize=64)
-def _decode_table(fmt: Format, work: np.dtype, bits: int) -> np.ndarray:
+def decode_table(fmt: Format, work: np.dtype, bits: int) -> np.ndarray:
     """Values (``work``) of every code: indexed by an 8- or 16-bit code (``bits`` 8 or 16), or by
     a byte of packed 4- or 2-bit codes (``bits`` 4 or 2: one element of 2 or 4 values, lowest
     code first, viewed as a single wider item so that one ``take`` decodes a byte)."""
     if bits in (8, 16):
-        t = _code_values(np.arange(1 << bits, dtype=np.int64), fmt, work)
+        t = code_values(np.arange(1 << bits, dtype=np.int64), fmt, work)
     else:
         per = 8 // bits
         byte = np.arange(256, dtype=np.int64)[:, None]
         shifts = np.arange(per, dtype=np.int64) * bits
-        t = _code_values((byte >> shifts) & ((1 << bits) - 1), fmt, work)
+        t = code_values((byte >> shifts) & ((1 << bits) - 1), fmt, work)
         size = t.itemsize * per
         item = {4: np.uint32, 8: np.uint64, 16: np.complex128}.get(size, (np.void, size))
         t = np.ascontiguousarray(t).view(np.dtype(item)).reshape(256)

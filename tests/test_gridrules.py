@@ -14,7 +14,7 @@ import pytest
 from ecosim import gridrules
 from ecosim.bitops import NUMPY_WORDS
 from ecosim.catalog import FORMATS
-from ecosim.rounding import Rounding, _finite_int_kernel, _small_values, plan
+from ecosim.rounding import Rounding, _finite_int_kernel, small_magnitudes, plan
 
 FLOATS = [n for n, f in FORMATS.items() if f.is_float and n not in ("bfloat16", "float16")]
 INTS = [n for n, f in FORMATS.items() if not f.is_float]
@@ -50,9 +50,9 @@ def _cases(name, mode, nbits, rule):
 @pytest.mark.parametrize("mode,nbits,rule", RULES)
 @pytest.mark.parametrize("name", FLOATS)
 def test_numpy_small_path_is_the_rule(name, mode, nbits, rule):
-    """NumPy's _small_values (its float fast path where one step serves all) == the rule."""
+    """NumPy's small_magnitudes (its float fast path where one step serves all) == the rule."""
     p, a, rb = _cases(name, mode, nbits, rule)
-    got = _small_values(p, a.astype(np.uint32).view(np.float32), rb)
+    got = small_magnitudes(p, a.astype(np.uint32).view(np.float32), rb)
     want = gridrules.small_values(p, a, rb, NUMPY_WORDS)
     assert want.dtype == np.int64
     np.testing.assert_array_equal(got, want.astype(np.uint32))

@@ -87,3 +87,43 @@ def test_no_import_below_the_top_of_a_module():
     hits = [f"{p.relative_to(ROOT.parent)}:{i}" for p in sorted(ROOT.rglob("*.py"))
             for i, line in enumerate(p.read_text().splitlines(), 1) if "noqa: E402" in line]
     assert hits == []
+
+
+def private_imports(root: Path, package: str) -> dict[str, list[str]]:
+    """``{module: private names it imports from other modules of the package}`` (a name with
+    one leading underscore, in a ``from ... import`` of a package module)."""
+    mods = _modules(root, package)
+    out = {}
+    for mod, path in mods.items():
+        names = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(
+                    package)):
+                names += [a.name for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+        if names:
+            out[mod] = names
+    return out
+
+
+#: The numeric core: what rounds, quantizes and stores, on both backends. Each of these
+#: modules reads only public names of the others.
+CORE = ("bitops", "catalog", "format_record", "formats", "gridrules", "quantizer",
+        "quantizer_rows", "rng", "rounding", "rounding_codes", "rounding_modes", "scale_rules",
+        "torch.bitops", "torch.quantizer", "torch.rounding", "torch.scales")
+
+
+def test_the_checker_finds_a_private_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("_x = 1\ny = 2\n__all__ = ['y']\n")
+    (pkg / "b.py").write_text("from .a import _x, y\nfrom __future__ import annotations\n")
+    assert private_imports(pkg, "pkg") == {"pkg.b": ["_x"]}
+
+
+def test_the_numeric_core_imports_no_private_name():
+    hits = private_imports(ROOT, "ecosim")
+    core = {f"ecosim.{m}" for m in CORE}
+    assert core <= set(_modules(ROOT, "ecosim"))
+    assert {m: n for m, n in hits.items() if m in core} == {}

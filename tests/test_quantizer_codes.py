@@ -132,7 +132,7 @@ def test_codes_of_edge_values_equal_formats_encode(fmt, dtype, saturate):
     finite = x[np.isfinite(x)]
     plan = rounding.prepare(fmt, np.dtype(dtype), rounding.Rounding(saturate=saturate))
     codes = np.empty(finite.size, fmt.code_dtype)
-    rounding_codes._code_kernel(plan, finite, codes, None)
+    rounding_codes.code_kernel(plan, finite, codes, None)
     np.testing.assert_array_equal(codes, encode_bits(quantize(finite, fmt, saturate=saturate),
                                                      fmt))
     q = Quantizer(fmt, scale=1.0, saturate=saturate)  # a fixed scale of 1: y = x

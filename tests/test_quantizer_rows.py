@@ -11,8 +11,8 @@ import pytest
 from ecosim import Quantizer, formats, quantizer
 from ecosim import quantizer_rows as qr
 from ecosim.checks import NonFiniteError
-from ecosim.rounding import _CHUNK, Rounding, _kernel, prepare
-from ecosim.rounding_codes import _candidate_codes, _code_kernel
+from ecosim.rounding import CHUNK, Rounding, round_kernel, prepare
+from ecosim.rounding_codes import candidate_codes, code_kernel
 from test_quantizer_codes import assert_encoded, assert_same, edge_inputs, ref_values
 
 FAST = [formats.get(n) for n in formats.names()
@@ -43,7 +43,7 @@ def check_fused(q, x):
 def test_fused_rows_equal_whole_array_passes(fmt, monkeypatch):
     # 2 chunks of 341 rows of 96 (the second partial), of 1024 groups of 32
     x = rows_input((400, 96), np.float32)
-    assert x.size > _CHUNK and _CHUNK % 96
+    assert x.size > CHUNK and CHUNK % 96
     calls = []  # the fused pass is the one tested: it runs for every call and encode
     monkeypatch.setattr(quantizer, "fused_rows", lambda *a: calls.append(1) or qr.fused_rows(*a))
     n = 0
@@ -104,7 +104,7 @@ def test_fast_kernels_equal_the_kernels(fmt, dtype):
         x = x[np.abs(x) < min(fmt.int_max, -fmt.int_min) + 0.5].astype(dtype)
     assert (np.signbit(x) & (x == 0)).any() and (x < 0).any()
     want = np.empty_like(x)
-    _kernel(plan, x, want, None)
+    round_kernel(plan, x, want, None)
     got = np.empty_like(x)
     u = np.empty(x.size, plan.src.udtype)
     if fmt.is_float:
@@ -113,14 +113,14 @@ def test_fast_kernels_equal_the_kernels(fmt, dtype):
         qr.int_rtn(x, got)
     assert_same(got, want)
     want_codes = np.empty(x.size, fmt.code_dtype)
-    _code_kernel(plan, x, want_codes, None)
+    code_kernel(plan, x, want_codes, None)
     codes = np.empty(x.size, fmt.code_dtype)
     if fmt.is_float:
         if not qr.fast_codes_ok(plan):
             return
         pending = qr.signed_float_codes(plan, x, codes, u, np.empty_like(u))
         if pending is not None:
-            codes[pending[0]] = _candidate_codes(plan, pending[1], None)
+            codes[pending[0]] = candidate_codes(plan, pending[1], None)
     else:
         assert qr.int_codes(plan, x, codes, np.empty_like(x)) is None
     assert_same(codes, want_codes)
@@ -142,5 +142,5 @@ def test_split_rounds_every_float32_input_like_the_kernel(fmt):
         y = np.concatenate([y, -y])
         c = y * k
         want = np.empty_like(y)
-        _kernel(plan, y, want, None, no_over=True)
+        round_kernel(plan, y, want, None, no_over=True)
         np.testing.assert_array_equal((c - (c - y)).view(np.uint32), want.view(np.uint32))

@@ -78,7 +78,7 @@ from torch import nn
 
 from ..memory import Memory
 from . import rng
-from .quantizer import _E8M0, _STORAGE, Encoded, Quantizer, decode_bits
+from .quantizer import E8M0_DTYPE, STORAGE_DTYPES, Encoded, Quantizer, decode_bits
 from .rounding import quantize
 from .slot import GradSlot, _rebuild_slot, raw_slots, stored  # noqa: F401 (old pickles)
 
@@ -106,12 +106,12 @@ class _Codec:
         fmt = q.fmt
         self.q = q
         self.packed = 0 if fmt.bits > 4 else (4 if fmt.bits > 2 else 2)
-        self.typed = (_STORAGE.get(fmt.dtype_name) if fmt.is_float and not self.packed
+        self.typed = (STORAGE_DTYPES.get(fmt.dtype_name) if fmt.is_float and not self.packed
                       else None)
         self.fast = self.typed is not None and fmt.nan in _FAST_NAN and not q._may_nan
         self.plain = q.fixed and q.scale == 1.0  # NumPy's _apply shortcut: quantize directly
         self.cast = self.plain and self.typed in (torch.bfloat16, torch.float16)
-        self.scales_typed = _E8M0 if (q.scale == "absmax_pow2" and _E8M0 is not None) else None
+        self.scales_typed = E8M0_DTYPE if (q.scale == "absmax_pow2" and E8M0_DTYPE is not None) else None
         # The CPU decode tables of one-byte codes, built here, eagerly: nothing is cached
         # while a forward runs, so torch.compile traces no writes to shared state.
         self.luts = ({dt: decode_bits(torch.arange(256), fmt, dt)

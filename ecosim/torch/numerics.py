@@ -1,6 +1,6 @@
 """Float arithmetic that must round as NumPy's does, on every device: a true division by a
 Python number (:func:`_div`), a correctly rounded float32 square root (:func:`_sqrt`), and the
-float64 mean of absmean scales summed in NumPy's order (:func:`_numpy_mean`: pairwise summation
+float64 mean of absmean scales summed in NumPy's order (:func:`numpy_mean`: pairwise summation
 with 8-way unrolled leaves of at most 128 values, buffered when float32 is widened).
 
 Used by :mod:`ecosim.torch.quantizer` (scales) and :mod:`ecosim.torch.optim` (AdamW's ``d``):
@@ -64,7 +64,7 @@ def _sqrt(x: torch.Tensor) -> torch.Tensor:
 _PW_BLOCK = 128  # numpy's PW_BLOCKSIZE
 
 
-def _numpy_mean(a: torch.Tensor, axes: tuple) -> torch.Tensor:
+def numpy_mean(a: torch.Tensor, axes: tuple) -> torch.Tensor:
     """``np.mean(a, axis=axes, keepdims=True, dtype=np.float64)`` with NumPy's rounding.
 
     ``a`` is a float32 or float64 tensor (C order), ``axes`` either every axis, the last one,

@@ -41,21 +41,21 @@ from ..rounding import SRC_F32 as _F32
 from ..rounding_modes import Rounding
 from ..rounding import SRC_F64 as _F64
 from ..scale_rules import absmean_scales, block_scales, refuse_nonfinite
-from .numerics import _numpy_mean, scalar
+from .numerics import numpy_mean, scalar
 from .scales import TORCH_SCALES
 from .rng import bits_chunk_size, chunk_size
-from .rounding import (_as_tensor, _check_representable, _run_chunks, _setup, from_work_bits,
+from .rounding import (as_tensor, check_representable, run_chunks, checked_call, from_work_bits,
                        pow2_bits, quantize, to_work_bits)
 
 __all__ = ["Quantizer", "Encoded"]
 
 
 # Torch dtypes holding one code of a format, where torch has them (else raw uint8 codes).
-_STORAGE = {name: getattr(torch, name) for name in
+STORAGE_DTYPES = {name: getattr(torch, name) for name in
             ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
             if hasattr(torch, name)}
-_STORAGE.update({"bfloat16": torch.bfloat16, "float16": torch.float16})
-_E8M0 = getattr(torch, "float8_e8m0fnu", None)
+STORAGE_DTYPES.update({"bfloat16": torch.bfloat16, "float16": torch.float16})
+E8M0_DTYPE = getattr(torch, "float8_e8m0fnu", None)
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ class Quantizer(_np_quantizer.QuantizerConfig):
         refuse_nonfinite(amax, xb, TORCH_SCALES)  # amax propagates NaN (and inf)
         tiny = scalar(torch.finfo(dt).tiny, dt, xb.device)
         if self.scale == "absmean":
-            mean = _numpy_mean(xd.abs(), axes) if xd.numel() else amax  # empty: s = 1
+            mean = numpy_mean(xd.abs(), axes) if xd.numel() else amax  # empty: s = 1
             return absmean_scales(mean, amax, tiny, TORCH_SCALES), amax
         rho = scalar(self.rho, dt, xb.device)
         return block_scales(self, amax, rho, tiny, TORCH_SCALES), amax
@@ -178,7 +178,7 @@ class Quantizer(_np_quantizer.QuantizerConfig):
         x = _check_float(x)
         xb, axes = self._blocked(x)
         # quantize's check, before the scales (rho would overflow converted to float32)
-        _check_representable(self.fmt, self._scales_dtype(xb))
+        check_representable(self.fmt, self._scales_dtype(xb))
         amax = None
         if scales is None:
             s, amax = self._scales_amax(xb, axes)
@@ -245,12 +245,12 @@ class Quantizer(_np_quantizer.QuantizerConfig):
             codes = c.to(torch.int8) if fmt.dtype_name == "int8" else _raw_storage(codes, fmt)
         else:
             codes = _raw_storage(encode_bits(c, fmt, check=False), fmt)
-            if fmt.dtype_name in _STORAGE:
-                codes = codes.view(_STORAGE[fmt.dtype_name])
+            if fmt.dtype_name in STORAGE_DTYPES:
+                codes = codes.view(STORAGE_DTYPES[fmt.dtype_name])
         if self.scale == "absmax_pow2":
             # Exact: powers of two in E8M0's range.
             e8 = encode_bits(s, get("e8m0"), check=False).to(torch.uint8)
-            s = e8.view(_E8M0) if _E8M0 is not None else e8
+            s = e8.view(E8M0_DTYPE) if E8M0_DTYPE is not None else e8
         return Encoded(codes=codes, scales=s, shape=tuple(x.shape), dtype=x.dtype,
                        packed_bits=packed)
 
@@ -266,7 +266,7 @@ class Quantizer(_np_quantizer.QuantizerConfig):
         else:
             raw = _raw_codes(enc.codes, fmt)
         vals = decode_bits(raw, fmt, work)
-        if enc.scales.dtype in (torch.uint8, _E8M0):
+        if enc.scales.dtype in (torch.uint8, E8M0_DTYPE):
             s = decode_bits(_raw_codes(enc.scales, get("e8m0")), get("e8m0"), work)
             s = s.reshape(enc.scales.shape)
         else:
@@ -286,12 +286,12 @@ def quantize_scaled(x: torch.Tensor, s: torch.Tensor, fmt: Format | str,
     while in cache, with no full-size ``x / s``. ``bound``: a float no ``|x / s|`` exceeds (the
     largest ``amax / s`` of the blocks), which lets RTN skip the overflow test when it is small.
     """
-    x, plan, bits_src = _setup(x, fmt, mode, rbits, nbits, key, saturate, sr_rule)
+    x, plan, bits_src = checked_call(x, fmt, mode, rbits, nbits, key, saturate, sr_rule)
     out = torch.empty(x.numel(), dtype=torch.int64 if x.dtype == torch.float64 else torch.int32)
     bounded = bound is not None and float(bound) <= _value_of(plan, plan.hi)
     if s.numel() == 1 or x.ndim == 0:
         x, s = x.reshape(-1), s.reshape(1)
-    _run_chunks(plan, None, out, bits_src, (x, s, bounded))
+    run_chunks(plan, None, out, bits_src, (x, s, bounded))
     return out.view(x.dtype).reshape(x.shape)
 
 
@@ -313,7 +313,7 @@ def _check_float(x) -> torch.Tensor:
 def _as_float_tensor(x) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         return x
-    return _as_tensor(x)
+    return as_tensor(x)
 
 
 def _dequantize(c: torch.Tensor, s: torch.Tensor, dtype: torch.dtype, may_nan: bool):

@@ -103,18 +103,18 @@ def quantize(x, fmt: Format | str, mode: str | Rounding = "rtn", *, rbits=None, 
         >>> quantize(torch.tensor([1.0625, 1.1875, 500.0]), "e4m3")
         tensor([  1.0000,   1.2500, 448.0000])
     """
-    x, plan, bits_src = _setup(x, fmt, mode, rbits, nbits, key, saturate, sr_rule)
+    x, plan, bits_src = checked_call(x, fmt, mode, rbits, nbits, key, saturate, sr_rule)
     b = to_work_bits(x)
     out = torch.empty_like(b)
-    _run_chunks(plan, b, out, bits_src)
+    run_chunks(plan, b, out, bits_src)
     return from_work_bits(out, x.dtype).reshape(x.shape)
 
 
-def _setup(x, fmt, mode, rbits, nbits, key, saturate, sr_rule):
+def checked_call(x, fmt, mode, rbits, nbits, key, saturate, sr_rule):
     """quantize's checks of its arguments: ``(x as a tensor, plan, source of random bits)``."""
     fmt = get(fmt)
     rounding = Rounding.of(mode, nbits, sr_rule, saturate)
-    x = _as_tensor(x)
+    x = as_tensor(x)
     if x.dtype not in _NP_DTYPE:
         raise TypeError(f"expected a floating-point tensor (float16, bfloat16, float32 or "
                         f"float64), got dtype {x.dtype}")
@@ -127,13 +127,13 @@ def _setup(x, fmt, mode, rbits, nbits, key, saturate, sr_rule):
     return x, plan, bits_src
 
 
-def _check_representable(fmt: Format, dtype: torch.dtype) -> None:
+def check_representable(fmt: Format, dtype: torch.dtype) -> None:
     """Refuse a format whose values ``dtype`` cannot all hold (NumPy's rule and message)."""
     if not representable(fmt, src_for(_NP_DTYPE[dtype])):
         raise ValueError(unrepresentable(fmt, dtype))
 
 
-def _as_tensor(x) -> torch.Tensor:
+def as_tensor(x) -> torch.Tensor:
     """``x`` as a tensor; a NumPy array of either byte order is copied in native order."""
     if isinstance(x, torch.Tensor):
         return x
@@ -172,7 +172,7 @@ def _random_source(x: torch.Tensor, rbits, key):
     return ("key", *seed_and_counter(key))
 
 
-def _run_chunks(plan: Plan, b, out: torch.Tensor, bits_src, scaled=None) -> None:
+def run_chunks(plan: Plan, b, out: torch.Tensor, bits_src, scaled=None) -> None:
     """Round chunk by chunk; inputs below the smallest normal are gathered and done at once.
 
     The few elements below the smallest normal take many small integer ops: doing them once for the
@@ -343,7 +343,7 @@ def from_work_bits(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _float_kernel(plan: Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws,
                   magic: bool = False, bounded: bool = False) -> torch.Tensor:
-    """Rounded bits of the working-float bits ``b`` into ``r`` (ecosim.rounding._float_kernel).
+    """Rounded bits of the working-float bits ``b`` into ``r`` (ecosim.rounding.float_kernel).
 
     ``ws`` is scratch space: two buffers of ``b``'s size and dtype (reused across chunks: fresh CPU
     temporaries cost a page fault per 4 KiB). ``rbits`` (SR) are int64 words or int32 ones (two's
