@@ -20,14 +20,14 @@ SCHEMES = ("fp", "master", "naive", "eco", "eco_exact")
 #: Schemes with a closed form on the scalar quadratic (docs/theory.md §5.2).
 QUADRATIC_SCHEMES = ("master", "naive", "eco")
 # Schemes whose update uses the ECO coefficient alpha, undefined at beta = 0.
-_ALPHA_SCHEMES = ("eco", "eco_exact")
+ALPHA_SCHEMES = ("eco", "eco_exact")
 
 
 # --------------------------------------------------------------------------------------------
 # Validation helpers
 # --------------------------------------------------------------------------------------------
 
-def _as_float(x, name):
+def as_float(x, name):
     """Return ``x`` as a float64 array (never a view that we write to); reject NaN and inf."""
     arr = np.asarray(x, dtype=np.float64)
     if not np.all(np.isfinite(arr)):
@@ -35,29 +35,29 @@ def _as_float(x, name):
     return arr
 
 
-def _out(arr):
+def as_result(arr):
     """Python float for 0-d results, float64 array otherwise."""
     arr = np.asarray(arr, dtype=np.float64)
     return float(arr) if arr.ndim == 0 else arr
 
 
-def _check_positive(x, name):
-    arr = _as_float(x, name)
+def check_positive(x, name):
+    arr = as_float(x, name)
     if np.any(arr <= 0):
         raise ValueError(f"{name} must be > 0, got {x!r}")
     return arr
 
 
-def _check_nonnegative(x, name):
-    arr = _as_float(x, name)
+def check_nonnegative(x, name):
+    arr = as_float(x, name)
     if np.any(arr < 0):
         raise ValueError(f"{name} must be >= 0, got {x!r}")
     return arr
 
 
-def _check_beta(beta, name="beta", *, allow_zero=False):
+def check_beta(beta, name="beta", *, allow_zero=False):
     """beta must lie in (0, 1) (or [0, 1) where alpha is not involved)."""
-    arr = _as_float(beta, name)
+    arr = as_float(beta, name)
     low_ok = arr >= 0 if allow_zero else arr > 0
     if not np.all(low_ok & (arr < 1)):
         interval = "[0, 1)" if allow_zero else "(0, 1)"
@@ -65,7 +65,7 @@ def _check_beta(beta, name="beta", *, allow_zero=False):
     return arr
 
 
-def _check_scheme(scheme, allowed):
+def check_scheme(scheme, allowed):
     if scheme not in allowed:
         raise ValueError(f"unknown scheme {scheme!r}; expected one of {allowed}")
 
@@ -100,9 +100,9 @@ def eco_alpha(lr, beta):
         >>> eco_alpha(0.1, 0.5)
         -10.0
     """
-    lr = _check_positive(lr, "lr")
-    beta = _check_beta(beta)
-    return _out(-(1.0 - beta) / (lr * beta))
+    lr = check_positive(lr, "lr")
+    beta = check_beta(beta)
+    return as_result(-(1.0 - beta) / (lr * beta))
 
 
 def adam_eco_coefficient(lr, b1, step, d, *, weight_decay=0.0, wd_corrected=False):
@@ -130,16 +130,16 @@ def adam_eco_coefficient(lr, b1, step, d, *, weight_decay=0.0, wd_corrected=Fals
     Raises:
         ValueError: lr <= 0, b1 outside (0, 1), step < 1, weight_decay < 0.
     """
-    lr = _check_positive(lr, "lr")
-    b1 = _check_beta(b1, "b1")
+    lr = check_positive(lr, "lr")
+    b1 = check_beta(b1, "b1")
     if isinstance(step, bool) or not float(step).is_integer() or step < 1:
         raise ValueError(f"step must be an integer >= 1, got {step!r}")
-    weight_decay = _check_nonnegative(weight_decay, "weight_decay")
+    weight_decay = check_nonnegative(weight_decay, "weight_decay")
     d = np.asarray(d, dtype=np.float64)
     coefficient = ((1.0 - b1 ** int(step)) / lr) * (-(1.0 - b1) / b1) * d
     if wd_corrected:
         coefficient = coefficient * (1.0 - lr * weight_decay)
-    return _out(coefficient)
+    return as_result(coefficient)
 
 
 # --------------------------------------------------------------------------------------------
@@ -166,10 +166,10 @@ def stability_limit(L, beta, *, heavy_ball=False):
     Returns:
         The supremum of the stable learning rates.
     """
-    L = _check_positive(L, "L")
-    beta = _check_beta(beta, allow_zero=True)
+    L = check_positive(L, "L")
+    beta = check_beta(beta, allow_zero=True)
     gain = 1.0 if heavy_ball else 1.0 - beta
-    return _out(2.0 * (1.0 + beta) / (gain * L))
+    return as_result(2.0 * (1.0 + beta) / (gain * L))
 
 
 def quadratic_stationary(scheme, L, lr, beta, sigma2):
@@ -202,16 +202,16 @@ def quadratic_stationary(scheme, L, lr, beta, sigma2):
         ValueError: unknown scheme, invalid parameter, or lr outside the stability region
             (the message states the limit).
     """
-    _check_scheme(scheme, QUADRATIC_SCHEMES)
-    L = _check_positive(L, "L")
-    lr = _check_positive(lr, "lr")
-    beta = _check_beta(beta, allow_zero=scheme not in _ALPHA_SCHEMES)
-    sigma2 = _check_nonnegative(sigma2, "sigma2")
+    check_scheme(scheme, QUADRATIC_SCHEMES)
+    L = check_positive(L, "L")
+    lr = check_positive(lr, "lr")
+    beta = check_beta(beta, allow_zero=scheme not in ALPHA_SCHEMES)
+    sigma2 = check_nonnegative(sigma2, "sigma2")
     limit = 2.0 * (1.0 + beta) / ((1.0 - beta) * L)
     if np.any(lr >= limit):
         raise ValueError(
-            f"lr={_out(lr)!r} is outside the stability region: EMA momentum on f = L x^2/2 needs "
-            f"lr < 2(1+beta)/((1-beta)L) = {_out(limit)!r}"
+            f"lr={as_result(lr)!r} is outside the stability region: EMA momentum on f = L x^2/2 needs "
+            f"lr < 2(1+beta)/((1-beta)L) = {as_result(limit)!r}"
         )
     h = L * lr
     if scheme == "master":
@@ -221,4 +221,4 @@ def quadratic_stationary(scheme, L, lr, beta, sigma2):
                  / (h * (2 * (1 - beta**2) - h * (1 - beta) ** 2)))
     else:
         value = 2 * sigma2 / (2 * (1 - beta**2) - h * (1 - beta) ** 2)
-    return _out(value)
+    return as_result(value)

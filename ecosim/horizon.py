@@ -49,7 +49,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .closed_forms import _as_float, _check_beta, _check_positive, _out
+from .closed_forms import as_float, check_beta, check_positive, as_result
 
 __all__ = ["ERROR_ORDERS", "OPTIMIZERS", "relative_error", "error_terms", "horizon_bound",
            "required_mantissa", "theory_slope", "moment_condition"]
@@ -77,16 +77,16 @@ def _check_buffer(optimizer, buffer):
 
 
 def _check_horizon(T):
-    T = _as_float(T, "T")
+    T = as_float(T, "T")
     if np.any(T < 1):
-        raise ValueError(f"T: expected a horizon of at least 1 step, got {_out(T)!r}")
+        raise ValueError(f"T: expected a horizon of at least 1 step, got {as_result(T)!r}")
     return T
 
 
 def _check_mantissa(M, name="M"):
     M = np.asarray(M, dtype=np.float64)
     if np.any(np.isnan(M)) or np.any(M < 0):
-        raise ValueError(f"{name}: expected mantissa bits >= 0 (inf: exact), got {_out(M)!r}")
+        raise ValueError(f"{name}: expected mantissa bits >= 0 (inf: exact), got {as_result(M)!r}")
     return M
 
 
@@ -102,7 +102,7 @@ def relative_error(M):
     Returns:
         ``2**-M`` as float or float64 array.
     """
-    return _out(np.exp2(-_check_mantissa(M)))
+    return as_result(np.exp2(-_check_mantissa(M)))
 
 
 def _sensitivity(optimizer, buffer, b2):
@@ -135,12 +135,12 @@ def error_terms(optimizer, T, mantissas, *, b2=0.999):
         raise TypeError(f"mantissas: expected a mapping {{buffer: M}}, got "
                         f"{type(mantissas).__name__}")
     T = _check_horizon(T)
-    b2 = _check_beta(b2, "b2", allow_zero=True)
+    b2 = check_beta(b2, "b2", allow_zero=True)
     out = {}
     for buf, M in mantissas.items():
         _check_buffer(optimizer, buf)
         q = np.exp2(-_check_mantissa(M, f"mantissas[{buf!r}]"))
-        out[buf] = _out(_sensitivity(optimizer, buf, b2) * T ** ERROR_ORDERS[optimizer][buf]
+        out[buf] = as_result(_sensitivity(optimizer, buf, b2) * T ** ERROR_ORDERS[optimizer][buf]
                         * q)
     return out
 
@@ -155,8 +155,8 @@ def moment_condition(b1, b2, M_m=math.inf, M_v=math.inf):
     Returns:
         bool (or bool array): whether the condition holds.
     """
-    b1 = _check_beta(b1, "b1", allow_zero=True)
-    b2 = _check_beta(b2, "b2", allow_zero=True)
+    b1 = check_beta(b1, "b1", allow_zero=True)
+    b2 = check_beta(b2, "b2", allow_zero=True)
     qm = np.exp2(-_check_mantissa(M_m, "M_m"))
     qv = np.exp2(-_check_mantissa(M_v, "M_v"))
     ok = b1 ** 2 * (1.0 + qm) ** 2 < b2 * (1.0 - qv)
@@ -193,13 +193,13 @@ def horizon_bound(optimizer, T, mantissas=None, *, lr, b1=0.9, b2=0.999, D=1.0, 
     mantissas = {} if mantissas is None else mantissas
     terms = error_terms(optimizer, T, mantissas, b2=b2)
     T = _check_horizon(T)
-    lr = _check_positive(lr, "lr")
-    b1 = _check_beta(b1, "b1", allow_zero=True)
-    D = _check_positive(D, "D")
-    L = _check_positive(L, "L")
-    sigma = _as_float(sigma, "sigma")
+    lr = check_positive(lr, "lr")
+    b1 = check_beta(b1, "b1", allow_zero=True)
+    D = check_positive(D, "D")
+    L = check_positive(L, "L")
+    sigma = as_float(sigma, "sigma")
     if np.any(sigma < 0):
-        raise ValueError(f"sigma: expected >= 0, got {_out(sigma)!r}")
+        raise ValueError(f"sigma: expected >= 0, got {as_result(sigma)!r}")
     base = (D / (lr * T) + 2.0 * L * lr / (1.0 - b1) + 2.0 * sigma * np.sqrt(1.0 - b1)
             + 2.0 * sigma / ((1.0 - b1) * T))
     total = base * (1.0 + sum((np.asarray(v, np.float64) for v in terms.values()),
@@ -207,7 +207,7 @@ def horizon_bound(optimizer, T, mantissas=None, *, lr, b1=0.9, b2=0.999, D=1.0, 
     if optimizer == "adam":
         ok = moment_condition(b1, b2, mantissas.get("m", math.inf), mantissas.get("v", math.inf))
         total = np.where(ok, total, np.inf)
-    return _out(total)
+    return as_result(total)
 
 
 def required_mantissa(optimizer, buffer, T, *, b2=0.999, tol=1.0):
@@ -230,8 +230,8 @@ def required_mantissa(optimizer, buffer, T, *, b2=0.999, tol=1.0):
     _check_optimizer(optimizer)
     _check_buffer(optimizer, buffer)
     T = _check_horizon(T)
-    b2 = _check_beta(b2, "b2", allow_zero=True)
-    tol = _check_positive(tol, "tol")
+    b2 = check_beta(b2, "b2", allow_zero=True)
+    tol = check_positive(tol, "tol")
     x = (ERROR_ORDERS[optimizer][buffer] * np.log2(T)
          + np.log2(_sensitivity(optimizer, buffer, b2)) - np.log2(tol))
     # a hair below an integer is that integer (log2 of exact powers of two)

@@ -15,8 +15,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.linalg import solve_discrete_lyapunov
 
-from .closed_forms import (_ALPHA_SCHEMES, SCHEMES, _as_float, _check_beta, _check_nonnegative,
-                           _check_positive, _check_scheme, _out, eco_alpha, stability_limit)
+from .closed_forms import (ALPHA_SCHEMES, SCHEMES, as_float, check_beta, check_nonnegative,
+                           check_positive, check_scheme, as_result, eco_alpha, stability_limit)
 
 __all__ = ["LinearSystem", "StationaryMoments", "linear_system", "lyapunov_covariance",
            "lyapunov_stationary"]
@@ -102,10 +102,10 @@ def linear_system(scheme, L, lr, beta, *, heavy_ball=False):
     Returns:
         A :class:`LinearSystem`.
     """
-    _check_scheme(scheme, SCHEMES)
-    L = float(_as_float(L, "L"))
-    lr = float(_check_positive(lr, "lr"))
-    beta = float(_check_beta(beta, allow_zero=scheme not in _ALPHA_SCHEMES))
+    check_scheme(scheme, SCHEMES)
+    L = float(as_float(L, "L"))
+    lr = float(check_positive(lr, "lr"))
+    beta = float(check_beta(beta, allow_zero=scheme not in ALPHA_SCHEMES))
     c = 1.0 if heavy_ball else 1.0 - beta
 
     # Shared (weight, momentum) block: m' = beta m + c L x;  x' = x - lr m'.
@@ -189,10 +189,10 @@ def lyapunov_covariance(scheme, L, lr, beta, *, sigma2=1.0, grad_noise=0.0,
         ValueError: invalid parameters, or spectral radius of ``A`` >= 1 (the message gives
             the stable learning-rate range).
     """
-    sigma2 = float(_check_nonnegative(sigma2, "sigma2"))
-    grad_noise = float(_check_nonnegative(grad_noise, "grad_noise"))
-    precond = float(_check_positive(precond, "precond"))
-    lr_eff = float(_check_positive(lr, "lr")) / precond
+    sigma2 = float(check_nonnegative(sigma2, "sigma2"))
+    grad_noise = float(check_nonnegative(grad_noise, "grad_noise"))
+    precond = float(check_positive(precond, "precond"))
+    lr_eff = float(check_positive(lr, "lr")) / precond
     system = linear_system(scheme, L, lr_eff, beta, heavy_ball=heavy_ball)
     rho = _spectral_radius(system.A)
     if not rho < 1.0:
@@ -236,8 +236,8 @@ def lyapunov_stationary(scheme, eigenvalues, lr, beta, *, sigma2=1.0, grad_noise
     Raises:
         ValueError: as :func:`lyapunov_covariance`, for the first unstable direction.
     """
-    eigenvalues = _as_float(eigenvalues, "eigenvalues")
-    precond = np.ones_like(eigenvalues) if precond is None else _check_positive(precond,
+    eigenvalues = as_float(eigenvalues, "eigenvalues")
+    precond = np.ones_like(eigenvalues) if precond is None else check_positive(precond,
                                                                                "precond")
     eigenvalues, precond = np.broadcast_arrays(eigenvalues, precond)
     out = np.empty(eigenvalues.shape)
@@ -246,4 +246,4 @@ def lyapunov_stationary(scheme, eigenvalues, lr, beta, *, sigma2=1.0, grad_noise
             scheme, eigenvalues[index], lr, beta, sigma2=sigma2, grad_noise=grad_noise,
             heavy_ball=heavy_ball, precond=precond[index],
         ).iterate
-    return _out(out)
+    return as_result(out)

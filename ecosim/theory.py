@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .closed_forms import (QUADRATIC_SCHEMES, SCHEMES, _as_float, _check_beta,
-                           _check_nonnegative, _check_positive, _out, adam_eco_coefficient,
+from .closed_forms import (QUADRATIC_SCHEMES, SCHEMES, as_float, check_beta,
+                           check_nonnegative, check_positive, as_result, adam_eco_coefficient,
                            eco_alpha, quadratic_stationary, stability_limit)
 from .lyapunov import (LinearSystem, StationaryMoments, linear_system, lyapunov_covariance,
                        lyapunov_stationary)
@@ -72,12 +72,12 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 def _check_bound_inputs(L, lr, beta):
-    L = _check_positive(L, "L")
-    lr = _check_positive(lr, "lr")
-    beta = _check_beta(beta)
+    L = check_positive(L, "L")
+    lr = check_positive(lr, "lr")
+    beta = check_beta(beta)
     if np.any(lr > 1.0 / (2.0 * L)):
-        raise ValueError(f"the bound holds for lr <= 1/(2L) = {_out(1.0 / (2.0 * L))!r}, "
-                         f"got lr={_out(lr)!r}")
+        raise ValueError(f"the bound holds for lr <= 1/(2L) = {as_result(1.0 / (2.0 * L))!r}, "
+                         f"got lr={as_result(lr)!r}")
     return L, lr, beta
 
 
@@ -106,11 +106,11 @@ def sr_floor(L, G, sigma2, lr, beta):
         ValueError: invalid input or lr > 1/(2L).
     """
     L, lr, beta = _check_bound_inputs(L, lr, beta)
-    G = _check_nonnegative(G, "G")
-    sigma2 = _check_nonnegative(sigma2, "sigma2")
+    G = check_nonnegative(G, "G")
+    sigma2 = check_nonnegative(sigma2, "sigma2")
     drift = 4 * lr**2 * beta**2 * L**2 * G**2 / (1 - beta) ** 2
     noise = 4 * L**2 * sigma2 / (1 - beta**2)
-    return _out(drift + noise)
+    return as_result(drift + noise)
 
 
 def sr_floor_limit(L, sigma2, beta):
@@ -118,10 +118,10 @@ def sr_floor_limit(L, sigma2, beta):
 
     A constant independent of the learning rate (ECO paper, arXiv 2601.22101).
     """
-    L = _check_positive(L, "L")
-    sigma2 = _check_nonnegative(sigma2, "sigma2")
-    beta = _check_beta(beta)
-    return _out(4 * L**2 * sigma2 / (1 - beta**2))
+    L = check_positive(L, "L")
+    sigma2 = check_nonnegative(sigma2, "sigma2")
+    beta = check_beta(beta)
+    return as_result(4 * L**2 * sigma2 / (1 - beta**2))
 
 
 def sr_bound(f0_minus_fstar, lr, T, *, L, G, sigma2, beta):
@@ -136,12 +136,12 @@ def sr_bound(f0_minus_fstar, lr, T, *, L, G, sigma2, beta):
         T: number of steps, >= 1.
         L, G, sigma2, beta: as in :func:`sr_floor`.
     """
-    gap = _check_nonnegative(f0_minus_fstar, "f0_minus_fstar")
-    T = _as_float(T, "T")
+    gap = check_nonnegative(f0_minus_fstar, "f0_minus_fstar")
+    T = as_float(T, "T")
     if np.any(T < 1):
         raise ValueError(f"T must be >= 1, got {T!r}")
     floor = sr_floor(L, G, sigma2, lr, beta)
-    return _out(4 * gap / (np.asarray(lr, dtype=np.float64) * T) + floor)
+    return as_result(4 * gap / (np.asarray(lr, dtype=np.float64) * T) + floor)
 
 
 def rtn_floor(L, G, delta, lr, beta):
@@ -167,19 +167,19 @@ def rtn_floor(L, G, delta, lr, beta):
         ValueError: invalid input or lr > 1/(2L).
     """
     L, lr, beta = _check_bound_inputs(L, lr, beta)
-    G = _check_nonnegative(G, "G")
-    delta = _check_nonnegative(delta, "delta")
+    G = check_nonnegative(G, "G")
+    delta = check_nonnegative(delta, "delta")
     alpha = np.asarray(eco_alpha(lr, beta))
     prefactor = 2 * L**2 * lr**2 * beta**2 / (1 - beta) ** 2
-    return _out(prefactor * (G + np.abs(alpha) * delta / (1 - beta)) ** 2)
+    return as_result(prefactor * (G + np.abs(alpha) * delta / (1 - beta)) ** 2)
 
 
 def rtn_floor_limit(L, delta, beta):
     """``lr -> 0`` limit of :func:`rtn_floor`: ``2 L^2 delta^2 / (1 - beta)^2``."""
-    L = _check_positive(L, "L")
-    delta = _check_nonnegative(delta, "delta")
-    beta = _check_beta(beta)
-    return _out(2 * L**2 * delta**2 / (1 - beta) ** 2)
+    L = check_positive(L, "L")
+    delta = check_nonnegative(delta, "delta")
+    beta = check_beta(beta)
+    return as_result(2 * L**2 * delta**2 / (1 - beta) ** 2)
 
 
 def rtn_stall_threshold(step):
@@ -199,5 +199,5 @@ def rtn_stall_threshold(step):
     Returns:
         ``step / 2``.
     """
-    step = _check_positive(step, "step")
-    return _out(step / 2)
+    step = check_positive(step, "step")
+    return as_result(step / 2)

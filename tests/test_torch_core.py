@@ -500,22 +500,22 @@ def test_no_mutation():
 
 
 def test_scalar_division_is_a_true_division():
-    """Scales divide by ``rho`` (and means by a count) through ``_div``: ``x / y`` rounded
+    """Scales divide by ``rho`` (and means by a count) through ``div``: ``x / y`` rounded
     once, with the divisor on ``x``'s device (CUDA turns a division by a Python scalar or a
     CPU 0-dim tensor into ``x * fl(1/y)``). The inputs are ones where that product differs
     from the division, so a reciprocal anywhere in the path would fail here."""
-    from ecosim.torch.numerics import _div
+    from ecosim.torch.numerics import div
 
     x = np.random.default_rng(5).standard_normal(100_000).astype(np.float32)
     want = x / np.float32(448.0)
     recip = x * (np.float32(1.0) / np.float32(448.0))
     assert (want != recip).mean() > 0.3  # the distinction this test sees
     for dev in DEVICES:
-        got = _div(to_torch(x, dev), 448.0)
+        got = div(to_torch(x, dev), 448.0)
         assert got.device.type == dev and got.dtype == torch.float32
         assert_array_equal(raw_bits(got.cpu().numpy()), raw_bits(want))
     x64 = x.astype(np.float64)
-    assert_array_equal(_div(to_torch(x64), 3).numpy(), x64 / 3)
+    assert_array_equal(div(to_torch(x64), 3).numpy(), x64 / 3)
 
 
 def test_collects_without_gfloat_or_hypothesis():

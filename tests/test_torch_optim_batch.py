@@ -20,7 +20,7 @@ from ecosim.torch.dqt import DQTAdamW  # noqa: E402
 from ecosim.torch import store_weights  # noqa: E402
 from ecosim.torch.nn import QuantizedLinear  # noqa: E402
 from ecosim.torch.optim import ECOAdamW  # noqa: E402
-from ecosim.torch.optim_base import _ECOBase  # noqa: E402
+from ecosim.torch.optim_base import ECOBase  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -91,7 +91,7 @@ def _both(monkeypatch, make, batch, codes=False):
         mp.setattr(topt, "_BATCH", batch)
         batched = _run(make, codes)
     with monkeypatch.context() as mp:
-        mp.setattr(ECOAdamW, "_step_group", _ECOBase._step_group)
+        mp.setattr(ECOAdamW, "_step_group", ECOBase._step_group)
         each = _run(make, codes)
     return batched, each
 

@@ -4,7 +4,7 @@
 The ECO paper removes the master weights but keeps FP32 moments: 9 bytes/param for AdamW
 against 12 with FP32 master weights. This experiment compresses the moments too (BF16 plain
 casts; FP8 E4M3/E5M2 and FP4 E2M1 with per-block absmax scales; RTN or SR) and trains the
-teacher-student MLP of :mod:`._lowprec` with FP8 E4M3 weights (row-wise absmax, as in the
+teacher-student MLP of :mod:`.lowprec` with FP8 E4M3 weights (row-wise absmax, as in the
 paper) under each configuration, for AdamW and Muon, measuring
 
 * the final validation loss (per seed, and its mean) and a loss curve;
@@ -36,7 +36,7 @@ import numpy as np
 from .. import memory
 from ..formats import get as get_format
 from ..quantizer import Quantizer
-from . import _lowprec as lp
+from . import lowprec as lp
 from .base import (Check, ConfigError, at_least, distinct, experiment, interval, non_negative,
                    nonempty, positive)
 
@@ -176,7 +176,7 @@ class CompressedStatesConfig(lp.OptimizerConfig):
 
 
     def recipe(self, problem: str = "mlp") -> dict:
-        """The keyword arguments of :func:`._lowprec.make_optimizer` (the MLP's)."""
+        """The keyword arguments of :func:`.lowprec.make_optimizer` (the MLP's)."""
         return {"adamw_lr": self.adamw_lr, "muon_lr": self.muon_lr, "b2": self.b2,
                 **self._shared()}
 

@@ -222,7 +222,7 @@ class Config:
     CHECKS: ClassVar[Mapping[str, Check | tuple[Check, ...]]] = MappingProxyType({})
 
     def __post_init__(self):
-        hints = _field_types(type(self))
+        hints = field_types(type(self))
         for f in dataclasses.fields(self):
             value = _coerce(getattr(self, f.name), hints[f.name], f"{type(self).__name__}.{f.name}")
             object.__setattr__(self, f.name, value)
@@ -256,7 +256,7 @@ class Config:
         on/off, 1/0), ``none`` sets an optional field to None. Unknown keys, a missing ``=``
         and values that do not parse as the field's type raise :class:`ConfigError`.
         """
-        hints = _field_types(type(self))
+        hints = field_types(type(self))
         changes = {}
         for item in assignments:
             key, sep, text = str(item).partition("=")
@@ -274,11 +274,11 @@ class Config:
     @classmethod
     def field_help(cls) -> list[tuple[str, str, Any]]:
         """``(name, type, default)`` for each field, for listings."""
-        hints = _field_types(cls)
+        hints = field_types(cls)
         return [(f.name, _type_name(hints[f.name]), f.default) for f in dataclasses.fields(cls)]
 
 
-def _field_types(cls) -> dict[str, Any]:
+def field_types(cls) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
@@ -303,7 +303,7 @@ def _type_name(tp) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _check_supported(tp, where: str) -> None:
+def check_supported(tp, where: str) -> None:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp in (int, float, bool, str):
@@ -311,9 +311,9 @@ def _check_supported(tp, where: str) -> None:
     if origin is Literal and all(isinstance(a, (int, float, str, bool)) for a in args):
         return
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return _check_supported(args[0], where)
+        return check_supported(args[0], where)
     if origin in (typing.Union, UnionType) and len(args) == 2 and type(None) in args:
-        return _check_supported(next(a for a in args if a is not type(None)), where)
+        return check_supported(next(a for a in args if a is not type(None)), where)
     raise ConfigError(f"{where}: unsupported config field type {tp!r} (use int, float, bool, "
                       "str, Literal[...], tuple[T, ...] or T | None)")
 
@@ -350,7 +350,7 @@ def _coerce(value, tp, where: str):
         if isinstance(value, str):
             return str(value)
     else:
-        _check_supported(tp, where)
+        check_supported(tp, where)
     raise ConfigError(f"{where}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
 
 
@@ -405,7 +405,7 @@ def _parse(text: str, tp, where: str):
             raise ConfigError(f"{where}: expected a float, got {text!r}") from None
     if tp is str:
         return text
-    _check_supported(tp, where)
+    check_supported(tp, where)
     raise AssertionError("unreachable")
 
 

@@ -21,11 +21,11 @@ time and all together:
     weights (naive), ``g``, ``m`` and ``v`` at once.
 
 Optimizers: AdamW and Muon; problems: Rosenbrock (Muon sees it as a 4x4 matrix) and a
-teacher-student MLP (see :mod:`._lowprec` for the setups and learning rates). Each unit is one
+teacher-student MLP (see :mod:`.lowprec` for the setups and learning rates). Each unit is one
 (seed, problem, optimizer, component, M) run; the ``fp`` unit of each (seed, problem,
 optimizer) is the unquantized reference. The combined results average the final loss over
 the seeds, classify it as fine, degraded or failed against the mean reference
-(:func:`._lowprec.classify`) and summarise, per component, the smallest ``M`` down to which
+(:func:`.lowprec.classify`) and summarise, per component, the smallest ``M`` down to which
 every width is fine, and the first widths that degrade and fail.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ import numpy as np
 
 from ..formats import custom
 from ..quantizer import Quantizer
-from . import _lowprec as lp
+from . import lowprec as lp
 from .base import (ConfigError, at_least, distinct, experiment, interval, non_negative, nonempty,
                    one_of)
 
@@ -50,7 +50,7 @@ COMPONENTS = ("weights", "weights_eco", "g", "m", "v", "all")
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MantissaSweepConfig(lp.SweepConfig):
     """Mantissa widths x components x optimizers x problems (defaults: the full figure); the
-    problems, optimizers, sizes and peak learning rates are :class:`._lowprec.SweepConfig`'s."""
+    problems, optimizers, sizes and peak learning rates are :class:`.lowprec.SweepConfig`'s."""
 
     components: tuple[str, ...] = COMPONENTS
     mantissas: tuple[int, ...] = (23, 10, 7, 5, 4, 3, 2, 1)
@@ -82,7 +82,7 @@ class MantissaSweepConfig(lp.SweepConfig):
         return self.rosen_steps if problem == "rosenbrock" else self.mlp_steps
 
     def recipe(self, problem: str) -> dict:
-        """The keyword arguments of :func:`._lowprec.make_optimizer` for ``problem``."""
+        """The keyword arguments of :func:`.lowprec.make_optimizer` for ``problem``."""
         b2 = self.rosen_b2 if problem == "rosenbrock" else self.mlp_b2
         return {**self.peak_lrs(problem), "b2": b2, **self._shared()}
 

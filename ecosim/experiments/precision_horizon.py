@@ -8,7 +8,7 @@ moment, ``1/2`` for Muon's buffers. This experiment measures it: for each horizo
 ``b2``, optimizer and problem it trains once unquantized (the reference) and finds, per buffer,
 the smallest ``M`` for which rounding that buffer alone to nearest onto ``custom(8, M)``
 (float32's exponent range, ``M`` mantissa bits, a plain cast) keeps the final loss within 20%
-of the reference (:func:`._lowprec.classify`'s "fine"; on Rosenbrock both losses floored at
+of the reference (:func:`.lowprec.classify`'s "fine"; on Rosenbrock both losses floored at
 1e-5, which counts as solved).
 
 Buffers: ``weights`` (stored without a master copy, scheme ``"naive"``: the paper's model of
@@ -47,7 +47,7 @@ import numpy as np
 
 from ..formats import custom
 from ..quantizer import Quantizer
-from . import _lowprec as lp
+from . import lowprec as lp
 from .base import (ConfigError, at_least, distinct, experiment, interval, nonempty, non_negative,
                    one_of)
 from .mantissa_sweep import component_setup
@@ -122,7 +122,7 @@ class PrecisionHorizonConfig(lp.SweepConfig):
     """Horizons x b2 x optimizers x problems; per buffer a search over the mantissa width.
     Defaults: the reduced grid of ``make figures`` (see the module docstring for the full one);
     the problems, optimizers, sizes and peak learning rates are
-    :class:`._lowprec.SweepConfig`'s."""
+    :class:`.lowprec.SweepConfig`'s."""
 
     buffers: tuple[str, ...] = BUFFERS
     rosen_horizons: tuple[int, ...] = (250, 1000, 4000)
@@ -169,7 +169,7 @@ class PrecisionHorizonConfig(lp.SweepConfig):
         return self.rosen_b2s if problem == "rosenbrock" else self.mlp_b2s
 
     def recipe(self, problem: str, b2: float) -> dict:
-        """The keyword arguments of :func:`._lowprec.make_optimizer` for ``problem``."""
+        """The keyword arguments of :func:`.lowprec.make_optimizer` for ``problem``."""
         return {**self.peak_lrs(problem), "b2": b2, **self._shared()}
 
 

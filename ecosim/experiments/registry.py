@@ -34,7 +34,7 @@ from typing import Any
 
 from ..registry import Registry
 from . import provenance as _provenance
-from .config import Config, _check_supported, _field_types
+from .config import Config, check_supported, field_types
 from .shared import SharedUnit
 
 __all__ = ["CACHE_FORMAT", "Experiment", "experiment", "experiments", "get"]
@@ -81,11 +81,11 @@ class Experiment:
                 and self.config.__dataclass_params__.frozen):
             raise TypeError(f"experiment {self.name!r}: config must be a frozen dataclass "
                             f"deriving from ecosim.experiments.Config, got {self.config!r}")
-        hints = _field_types(self.config)
+        hints = field_types(self.config)
         for f in dataclasses.fields(self.config):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise TypeError(f"{self.config.__name__}.{f.name} needs a default")
-            _check_supported(hints[f.name], f"{self.config.__name__}.{f.name}")
+            check_supported(hints[f.name], f"{self.config.__name__}.{f.name}")
         if not isinstance(self.version, str) or not self.version:
             raise ValueError(f"experiment {self.name!r}: version must be a non-empty string")
         if self.combine is not None and self.units is None:
@@ -112,7 +112,7 @@ class Experiment:
                 if not (isinstance(k, str) and isinstance(v, (bool, int, float, str))):
                     raise TypeError(f"experiment {self.name!r}: unit {u!r} must map str to "
                                     "bool/int/float/str")
-            canon = _canonical(u)
+            canon = canonical_json(u)
             if canon in seen:
                 raise ValueError(f"experiment {self.name!r}: duplicate unit {u!r}")
             seen.add(canon)
@@ -140,7 +140,7 @@ class Experiment:
 
     def digest(self, cfg: Config, unit: Mapping[str, Any] | None = None) -> str:
         """SHA-256 (hex) of (cache format, name, version, resolved config, unit, code)."""
-        return hashlib.sha256(_canonical(self.key_doc(cfg, unit)).encode()).hexdigest()
+        return hashlib.sha256(canonical_json(self.key_doc(cfg, unit)).encode()).hexdigest()
 
     def key_doc(self, cfg: Config, unit=None) -> dict[str, Any]:
         if not isinstance(cfg, self.config):
@@ -157,7 +157,7 @@ class Experiment:
         return _provenance.code_fingerprint(*mods)
 
 
-def _canonical(doc) -> str:
+def canonical_json(doc) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 

@@ -37,7 +37,7 @@ import numpy as np
 from . import provenance as _provenance
 from . import shared as _shared
 from .config import Config
-from .registry import Experiment, _canonical, get
+from .registry import Experiment, canonical_json, get
 from .shared import SharedUnit
 from .store import Cache, Results, as_results, results_bytes
 
@@ -599,7 +599,7 @@ def run_many(jobs: Sequence[tuple[str | Experiment, Config]], *, cache: Cache | 
         stats = RunStats(units=len(units), cached=len(units) - n_new - n_shared,
                          computed=n_new, compute_s=acc["compute_s"], cpu_s=acc["cpu_s"],
                          wall_s=wall, shared=n_shared)
-        distinct = {_canonical(d): d for d in acc["provenance"]}
+        distinct = {canonical_json(d): d for d in acc["provenance"]}
         out.append(Run(experiment=exp, config=cfg, results=results, stats=stats,
                        provenance=tuple(distinct[k] for k in sorted(distinct))))
     return out

@@ -46,7 +46,7 @@ def method_style(weights: str, scheme: str, mode: str) -> dict:
             "marker": _MARKERS[scheme]}
 
 
-def _rows(r, **where) -> np.ndarray:
+def unit_rows(r, **where) -> np.ndarray:
     mask = np.ones(len(r["unit_seed"]), bool)
     for k, v in where.items():
         mask &= r[f"unit_{k}"] == v
@@ -57,12 +57,12 @@ def _std(x: np.ndarray) -> float:
     return float(np.std(x, ddof=1)) if x.size > 1 else 0.0
 
 
-def _method_rows(r, fmt: str, width: int):
+def method_rows(r, fmt: str, width: int):
     """Table 1's methods present for (low-precision format, width): (key, label, rows)."""
     out = []
     for weights, scheme, mode in METHODS:
         w = "bf16" if weights == "bf16" else fmt
-        rows = _rows(r, weights=w, scheme=scheme, mode=mode, width=width)
+        rows = unit_rows(r, weights=w, scheme=scheme, mode=mode, width=width)
         if rows.size:
             out.append(((w, scheme, mode), method_label(w, scheme, mode), rows))
     return out
@@ -91,7 +91,7 @@ def summarise(r, rows: np.ndarray, base_rows: np.ndarray | None = None) -> dict:
     return out
 
 
-def _irreducible(cfg) -> float:
+def irreducible_loss(cfg) -> float:
     """Validation loss of the teacher itself: (1/2) * n_outputs * noise^2 (2 outputs)."""
     return 0.5 * 2 * cfg.noise**2
 
@@ -139,7 +139,7 @@ def mlp_curves(mlp_methods):
     cfg = r.config
     fmts = list(cfg.curve_formats)
     width = cfg.curve_width
-    floor = _irreducible(cfg)
+    floor = irreducible_loss(cfg)
     fig = style.new_figure(11.5, 3.9 + 3.3 * (len(fmts) > 0))
     axes = fig.subplots(2, len(fmts), squeeze=False)
     table = {k: [] for k in ("format", "method", "step", "mean", "min", "max", "std",
@@ -153,7 +153,7 @@ def mlp_curves(mlp_methods):
     for j, fmt in enumerate(fmts):
         ax, zx = axes[0, j], axes[1, j]
         groups = []
-        for (w, scheme, mode), label, rows in _method_rows(r, fmt, width):
+        for (w, scheme, mode), label, rows in method_rows(r, fmt, width):
             step, mean, lo, up, sd = _curve_stats(r, rows)
             groups.append(((w, scheme, mode), label, rows, step, mean, lo, up, sd))
         # the zoom shows the methods that end within 2x the best final loss
@@ -205,7 +205,7 @@ def mlp_curves(mlp_methods):
                     finals["seed"].append(int(r["unit_seed"][i]))
                     finals["final_val_loss"].append(float(r["final_val_loss"][i]))
                     finals["init_val_loss"].append(float(r["init_val_loss"][i]))
-        fname = style.format_label(_fmt_name(fmt))
+        fname = style.format_label(fmt_name(fmt))
         gran = "one scale per row" if fmt == "fp8" else "one scale per tensor"
         for a in (ax, zx):
             a.axhline(floor, color=style.COLORS["grey"], ls=":", lw=1.2)
@@ -238,7 +238,7 @@ def mlp_curves(mlp_methods):
     return fig, tables
 
 
-def _fmt_name(fmt: str) -> str:
+def fmt_name(fmt: str) -> str:
     return recipes.WEIGHT_FORMATS[fmt][0] if fmt in recipes.WEIGHT_FORMATS else fmt
 
 
@@ -269,7 +269,7 @@ def _widths(r) -> list[int]:
 def _param_counts(r, widths) -> dict[int, int]:
     out = {}
     for w in widths:
-        rows = _rows(r, width=w)
+        rows = unit_rows(r, width=w)
         out[w] = int(r["n_params"][rows[0]])
     return out
 
@@ -284,7 +284,7 @@ def _table_stats(r) -> list[dict]:
     fmt = cfg.scaling_format
     out = []
     for w in _widths(r):
-        groups = _method_rows(r, fmt, w)
+        groups = method_rows(r, fmt, w)
         base_rows = next((rows for key, _, rows in groups if key[0] == "bf16"), None)
         for key, label, rows in groups:
             s = summarise(r, rows, None if key[0] == "bf16" else base_rows)
@@ -309,7 +309,7 @@ def mlp_table(mlp_methods):
     stats = _table_stats(r)
     widths = _widths(r)
     counts = _param_counts(r, widths)
-    floor = _irreducible(cfg)
+    floor = irreducible_loss(cfg)
     fig = style.new_figure(13.0, 4.6)
     ax_l, ax_g, ax_p = fig.subplots(1, 3)
     labels = list(dict.fromkeys(s["label"] for s in stats))
@@ -349,7 +349,7 @@ def mlp_table(mlp_methods):
         a.set_xticklabels([f"{w}\n{_k(counts[w])}" for w in widths])
         a.minorticks_off()
         a.set_xlabel("hidden width (parameters), "
-                     f"{style.format_label(_fmt_name(cfg.scaling_format))}")
+                     f"{style.format_label(fmt_name(cfg.scaling_format))}")
     style.panel_title(ax_l, "a", "Excess validation loss (ecosim MLP)")
     style.panel_title(ax_g, "b", "Gap to BF16 w/ master (ecosim MLP)")
 
@@ -444,7 +444,7 @@ def mlp_table_markdown(r) -> str:
     counts = _param_counts(r, widths)
     labels = list(dict.fromkeys(s["label"] for s in stats))
     by = {(s["label"], s["width"]): s for s in stats}
-    fmt_label = style.format_label(_fmt_name(cfg.scaling_format))
+    fmt_label = style.format_label(fmt_name(cfg.scaling_format))
     head = ["method"] + [f"w={w} ({_k(counts[w])})" for w in widths]
     rows = [[lab] + [_cell(by[lab, w]) for w in widths] for lab in labels]
     out = [
@@ -459,7 +459,7 @@ def mlp_table_markdown(r) -> str:
         "mean ± standard error. "
         f"AdamW (b = ({cfg.b1:g}, {cfg.b2:g}), eps = {cfg.eps:g}), batch {cfg.batch_size}, "
         f"{cfg.steps} steps, warmup 10% then cosine from {cfg.lr:g} to {cfg.lr / 10:g}; "
-        f"label noise {cfg.noise:g} (irreducible loss {_irreducible(cfg):.4g}). A run "
+        f"label noise {cfg.noise:g} (irreducible loss {irreducible_loss(cfg):.4g}). A run "
         "diverged when its loss became non-finite or exceeded "
         f"{cfg.stop_factor:g}x its initial value, or ended above it.",
         "",
@@ -468,9 +468,9 @@ def mlp_table_markdown(r) -> str:
     for fmt in cfg.curve_formats:
         if fmt == cfg.scaling_format and cfg.curve_width in widths:
             continue
-        groups = _method_rows(r, fmt, cfg.curve_width)
+        groups = method_rows(r, fmt, cfg.curve_width)
         base_rows = next((rows for key, _, rows in groups if key[0] == "bf16"), None)
-        label = style.format_label(_fmt_name(fmt))
+        label = style.format_label(fmt_name(fmt))
         gran = "one scale per tensor" if fmt == "int4" else "one scale per row"
         n = int(r["n_params"][groups[0][2][0]])
         out += ["", f"## ecosim: {label} weights ({gran}), width {cfg.curve_width} "

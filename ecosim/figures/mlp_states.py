@@ -17,10 +17,10 @@ from ..experiments.mlp_states import parse_variant
 from . import style
 from .base import figure
 from .mlp_methods import (
-    _fmt_name,
-    _irreducible,
-    _method_rows,
-    _rows,
+    fmt_name,
+    irreducible_loss,
+    method_rows,
+    unit_rows,
     method_style,
     summarise,
 )
@@ -76,7 +76,7 @@ def _state_groups(r, variants=None):
     for v in dict.fromkeys(r["unit_variant"]):
         if variants is not None and v not in variants:
             continue
-        out.append((str(v), _rows(r, variant=v)))
+        out.append((str(v), unit_rows(r, variant=v)))
     return out
 
 
@@ -99,7 +99,7 @@ def memory_pareto(mlp_methods, mlp_states):
     """Figure 9 from the ``mlp_methods`` and ``mlp_states`` experiments."""
     r, s = mlp_methods, mlp_states
     cfg = r.config
-    floor = _irreducible(cfg)
+    floor = irreducible_loss(cfg)
     fig = style.new_figure(12.5, 5.0)
     ax_a, ax_b = fig.subplots(1, 2)
 
@@ -115,7 +115,7 @@ def memory_pareto(mlp_methods, mlp_states):
         st = method_style(w_, scheme, mode)
         xs, ys, lo, up = [], [], [], []
         for width in cfg.widths:
-            rows = _rows(r, weights=w_, scheme=scheme, mode=mode, width=width)
+            rows = unit_rows(r, weights=w_, scheme=scheme, mode=mode, width=width)
             if not rows.size:
                 continue
             stt = summarise(r, rows)
@@ -150,7 +150,7 @@ def memory_pareto(mlp_methods, mlp_states):
         handles.append(Line2D([], [], color=style.COLORS["grey"], lw=1.0,
                               label="lower-left frontier"))
     for width in cfg.widths:  # which width each column of points is
-        rows = _rows(r, width=width, scheme="eco")
+        rows = unit_rows(r, width=width, scheme="eco")
         if rows.size:
             x = float(r["mem_measured"][rows[0]].sum()) / 1024
             ax_a.annotate(f"w={width}", (x, 1.0), xycoords=("data", "axes fraction"),
@@ -161,7 +161,7 @@ def memory_pareto(mlp_methods, mlp_states):
     ax_a.set_xlabel("static memory of weights + optimizer state (KiB, measured)")
     ax_a.set_ylabel(f"final validation loss - {floor:g} (irreducible)")
     ax_a.legend(handles=handles, loc="lower left", fontsize=7.4)
-    fmt_label = style.format_label(_fmt_name(cfg.scaling_format))
+    fmt_label = style.format_label(fmt_name(cfg.scaling_format))
     style.panel_title(ax_a, "a", f"Width sweep, {fmt_label} weights, AdamW")
 
     # (b) configurations at the curve width: bytes/param vs excess loss
@@ -196,21 +196,21 @@ def memory_pareto(mlp_methods, mlp_states):
         return x, stt["mean"] - floor
 
     for fmt in cfg.curve_formats:
-        for key, label, rows in _method_rows(r, fmt, width):
+        for key, label, rows in method_rows(r, fmt, width):
             if key[2] == "rtn" and key[0] != "bf16" and key[1] != "eco":
                 continue  # master+RTN sits on master+SR; naive+RTN fails (figures 7, 8)
             if key[0] == "bf16" and fmt != cfg.curve_formats[0]:
                 continue
             add(label, r, rows, method_style(*key), filled=(fmt != "int4"))
     eco_line = []
-    first = _rows(r, weights=cfg.curve_formats[0], scheme="eco", mode="sr", width=width)
+    first = unit_rows(r, weights=cfg.curve_formats[0], scheme="eco", mode="sr", width=width)
     if first.size and math.isfinite(summarise(r, first)["mean"]):
         stt = summarise(r, first)
         eco_line.append((_per_param(r, first[0]), stt["mean"] - floor))
     ok_states = s.config.width == width
     legend = []
     for v in (_PARETO_STATES if ok_states else ()):
-        rows = _rows(s, variant=v)
+        rows = unit_rows(s, variant=v)
         if not rows.size:
             continue
         st = {"color": _state_color(parse_variant(v)[3]), "marker": "P"}
@@ -281,7 +281,7 @@ def _place_labels(ax, points, min_sep: float = 0.055):
 
 
 def _headline_label(r, weights, scheme, mode) -> str:
-    rows = _rows(r, weights=weights, scheme=scheme, mode=mode)
+    rows = unit_rows(r, weights=weights, scheme=scheme, mode=mode)
     return f"{_headline(r, rows):g} B/param"
 
 
@@ -311,7 +311,7 @@ def adam_vs_sgdm(mlp_states):
     """Figure 10 from the ``mlp_states`` experiment."""
     s = mlp_states
     cfg = s.config
-    floor = _irreducible(cfg)
+    floor = irreducible_loss(cfg)
     groups = _state_groups(s)
     parsed = {v: parse_variant(v) for v, _ in groups}
     fig = style.new_figure(14.0, 5.2)
@@ -365,7 +365,7 @@ def adam_vs_sgdm(mlp_states):
                           color=st["color"], marker="o" if opt == "adamw" else "s",
                           mfc=st["color"] if opt == "adamw" else "white", mew=1.5, ms=7,
                           capsize=2, elinewidth=0.9, ls="none")
-            rows = _rows(s, variant=v)
+            rows = unit_rows(s, variant=v)
             ax_a.annotate(f"{_headline(s, rows):g}", (j + off, stt["max"]), xytext=(0, 3),
                           textcoords="offset points", ha="center", fontsize=7,
                           color=style.COLORS["grey"])
@@ -393,7 +393,7 @@ def adam_vs_sgdm(mlp_states):
     for opt in ("adamw", "sgdm"):
         level = {}
         for v in (v for v in eco if parsed[v][0] == opt):
-            x = round(_per_param(s, _rows(s, variant=v)[0]), 6)
+            x = round(_per_param(s, unit_rows(s, variant=v)[0]), 6)
             if broken(v):
                 broken_x.setdefault(opt, set()).add(x)
             else:
@@ -454,7 +454,7 @@ def adam_vs_sgdm(mlp_states):
         per = summary["bytes_per_param"][summary["variant"].index(v)]
         ylabels.append(f"{'AdamW' if opt == 'adamw' else 'SGDM'}: {_states_text(states)}")
         if broken(v):
-            stop = float(np.median(s["stopped_at"][_rows(s, variant=v)]))
+            stop = float(np.median(s["stopped_at"][unit_rows(s, variant=v)]))
             ax_c.annotate(f"diverged ({stt['n_diverged']}/{stt['n']}), median update "
                           f"{stop:g}", (xmin, y), xytext=(3, 0), textcoords="offset points",
                           va="center", fontsize=7.2, color="k")

@@ -62,7 +62,7 @@ from ..quantizer import Quantizer
 from ..rounding import quantize
 from . import catalog as optimizer_catalog
 from .diagnostics import StepDiagnostics
-from .policies import (ADAMW_SCHEMES, SCHEMES, check_beta, _make_schedule, _resolve_weights,
+from .policies import (ADAMW_SCHEMES, SCHEMES, check_beta, make_schedule, resolve_weights,
                        compensation_quantizer, on_grid, resolve_states, state_quantizer,
                        weights_dict)
 from .schemes import BUFFER_STORAGE, REGISTRY, Scheme, get, names_for
@@ -334,11 +334,11 @@ class QuantizedOptimizer:
         ``init_weights``, the schedule, the momentum coefficients ``betas`` (ECO's in (0, 1)),
         ``weight_decay >= 0``, ``prev_scale`` and the state formats of ``moments``."""
         set_ = object.__setattr__
-        set_(self, "weights", _resolve_weights(self.weights, self.scheme, self.schemes))
+        set_(self, "weights", resolve_weights(self.weights, self.scheme, self.schemes))
         if self.init_weights is not None:
             set_(self, "init_weights",
-                 _resolve_weights(self.init_weights, self.scheme, self.schemes))
-        set_(self, "lr", _make_schedule(self.lr, self.scheme))
+                 resolve_weights(self.init_weights, self.scheme, self.schemes))
+        set_(self, "lr", make_schedule(self.lr, self.scheme))
         for b in betas:
             set_(self, b, check_beta(getattr(self, b), b, self.scheme))
         set_(self, "weight_decay", check_positive(self.weight_decay, "weight_decay",

@@ -67,7 +67,7 @@ class ParamInfo(NamedTuple):
 # Numerics shared by the student and the teacher. ``layers`` is a list of (W, b).
 
 
-def _act(z: np.ndarray, activation: str) -> np.ndarray:
+def activate(z: np.ndarray, activation: str) -> np.ndarray:
     if activation == "relu":
         return np.maximum(z, 0)
     if activation == "tanh":
@@ -76,7 +76,7 @@ def _act(z: np.ndarray, activation: str) -> np.ndarray:
     return 0.5 * z * (1 + np.tanh(_GELU_C * (z + 0.044715 * z**3)))
 
 
-def _act_grad(z: np.ndarray, activation: str) -> np.ndarray:
+def act_grad(z: np.ndarray, activation: str) -> np.ndarray:
     if activation == "relu":
         return (z > 0).astype(z.dtype)
     if activation == "tanh":
@@ -94,11 +94,11 @@ def _forward(layers, x, activation):
         hs.append(h)
         z = h @ w.T + b
         zs.append(z)
-        h = _act(z, activation) if i < len(layers) - 1 else z
+        h = activate(z, activation) if i < len(layers) - 1 else z
     return h, hs, zs
 
 
-def _loss_and_dout(out, y, loss):
+def loss_and_dout(out, y, loss):
     """Loss value and d loss / d out for a batch of B rows.
 
     mse:  l = (1/(2B)) sum_i ||out_i - y_i||^2,           dl/dout = (out - y) / B
@@ -125,7 +125,7 @@ def _backward(layers, hs, zs, dout, activation):
         w = layers[i][0]
         grads[i] = (dz.T @ hs[i], dz.sum(axis=0))
         if i > 0:
-            dz = (dz @ w) * _act_grad(zs[i - 1], activation)
+            dz = (dz @ w) * act_grad(zs[i - 1], activation)
     return grads
 
 
@@ -516,14 +516,14 @@ class MLP(Problem):
         """Mean loss over ``batch`` (the full training set when None)."""
         x, y = self._data(batch)
         out = self.predict(params, x)
-        return float(_loss_and_dout(out, y, self.loss_kind)[0])
+        return float(loss_and_dout(out, y, self.loss_kind)[0])
 
     def loss_and_grad(self, params: dict[str, np.ndarray], batch: DataBatch | None = None):
         """``(loss, grad)`` from one forward and one backward pass."""
         layers = self._layers(params)
         x, y = self._data(batch)
         out, hs, zs = _forward(layers, x, self.activation)
-        value, dout = _loss_and_dout(out, y, self.loss_kind)
+        value, dout = loss_and_dout(out, y, self.loss_kind)
         grads = {}
         for i, (gw, gb) in enumerate(_backward(layers, hs, zs, dout, self.activation)):
             grads[f"W{i}"], grads[f"b{i}"] = gw, gb

@@ -34,7 +34,7 @@ import torch
 
 from ..optim import dqt_quantizers as _np_dqt_quantizers
 from .nn import stored
-from .numerics import _div
+from .numerics import div
 from .optim import ECOAdamW
 from .quantizer import Quantizer
 
@@ -81,7 +81,7 @@ def previous_scales(q: Quantizer, prev: torch.Tensor, scale: str = "absmax", *,
     if not bool(top > 0):
         return q.scales(prev) if s is None else s
     tiny = torch.finfo(dtype).tiny
-    return torch.clamp_min(_div(top.to(dtype), q.rho), tiny).expand(shape).clone()
+    return torch.clamp_min(div(top.to(dtype), q.rho), tiny).expand(shape).clone()
 
 
 class DQTAdamW(ECOAdamW):

@@ -52,7 +52,7 @@ def local_tensor(t):
 # -- DTensor (FSDP2) parameters ------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
-class _Shard:
+class ShardRows:
     """The rows ``start .. start + rows - 1`` of a ``shape`` tensor sharded on dim 0
     (``torch.chunk``'s split, which DTensor's and FSDP2's ``Shard(0)`` use: every process
     but the last ones holds ``ceil(n0 / world)`` rows)."""
@@ -69,7 +69,7 @@ class _Shard:
         return self.start * math.prod(self.shape[1:])
 
 
-def _shard_of(name, p) -> _Shard:
+def shard_of(name, p) -> ShardRows:
     from torch.distributed.tensor import Shard
     mesh, pl = p.device_mesh, tuple(p.placements)
     if mesh.ndim != 1 or len(pl) != 1 or type(pl[0]) is not Shard or pl[0].dim != 0:
@@ -85,10 +85,10 @@ def _shard_of(name, p) -> _Shard:
     if tuple(local.shape) != (rows,) + shape[1:]:  # pragma: no cover - a layout torch changed
         raise ValueError(f"parameter {name!r}: local shard of shape {tuple(local.shape)}, "
                          f"expected rows {start}..{start + rows} of {shape} (torch.chunk's split)")
-    return _Shard(shape, start, rows, mesh, pl)
+    return ShardRows(shape, start, rows, mesh, pl)
 
 
-def _check_sharded_quantizer(name, q: Quantizer, shard: _Shard, what: str):
+def check_sharded_quantizer(name, q: Quantizer, shard: ShardRows, what: str):
     """Refuse a quantizer whose blocks would span processes: a scale must come from whole
     rows (row-wise, or groups along the last axis) or be fixed."""
     if q.fixed:
@@ -107,9 +107,9 @@ def _check_sharded_quantizer(name, q: Quantizer, shard: _Shard, what: str):
         "or a fixed scale")
 
 
-class _ShardKey(int):
+class ShardKey(int):
     """A root key that also carries a shard's global element offset: SR keys derived from it
-    by :func:`_sr_key` draw element ``i`` of the shard from counter ``offset + i``, the
+    by :func:`sr_key` draw element ``i`` of the shard from counter ``offset + i``, the
     counter element ``offset + i`` of the whole tensor would use."""
 
     def __new__(cls, key, offset):
@@ -118,21 +118,21 @@ class _ShardKey(int):
         return obj
 
 
-def _sr_key(key, *data):
-    """``fold_in(key, *data)``, as ``(key, counter)`` for a shard (see :class:`_ShardKey`)."""
+def sr_key(key, *data):
+    """``fold_in(key, *data)``, as ``(key, counter)`` for a shard (see :class:`ShardKey`)."""
     k = rng.fold_in(key, *data)
     off = getattr(key, "offset", 0)
     return (k, off) if off else k
 
 
-def _full_tensor(v) -> torch.Tensor:
+def gather_full(v) -> torch.Tensor:
     """``v.full_tensor()``; 16-bit integer codes travel as int32 (gloo has no int16)."""
     if v.dtype == torch.int16:
         return v.to(torch.int32).full_tensor().to(torch.int16)
     return v.full_tensor()
 
 
-def _rows_of(v: torch.Tensor, sh: _Shard, name, k) -> torch.Tensor:
+def rows_of(v: torch.Tensor, sh: ShardRows, name, k) -> torch.Tensor:
     """This process's rows of a loaded state (a DTensor, the whole tensor, or the rows)."""
     if is_dtensor(v):
         return v.to_local()

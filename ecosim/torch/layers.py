@@ -38,7 +38,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .layer_ops import StoredConv, StoredConv1D, decode_in_backward
-from .nn import QuantizedLinear, _cast, _holds, _param, _skeleton, _start_weight
+from .nn import QuantizedLinear, cast_to, holds_slot, param, skeleton, start_weight
 from .quantizer import Quantizer
 
 __all__ = ["QuantizedConv", "QuantizedConv1D", "QuantizedMultiheadAttention", "store_module",
@@ -61,7 +61,7 @@ class _Decoded(torch.autograd.Function):
 
     @staticmethod
     def forward(slot, layer):
-        return _cast(layer.read(), slot.dtype)
+        return cast_to(layer.read(), slot.dtype)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -77,7 +77,7 @@ def _decoded(layer: QuantizedLinear) -> torch.Tensor:
     """The decoded weights of ``layer``, or the weight torch.func.functional_call put in
     place of its slot."""
     w = layer.weight
-    return _Decoded.apply(w, layer) if _holds(layer, w) else w
+    return _Decoded.apply(w, layer) if holds_slot(layer, w) else w
 
 
 class _StoredModule(QuantizedLinear):
@@ -90,14 +90,14 @@ class _StoredModule(QuantizedLinear):
         super().__init__(*in_out, quantizer, bias=module.bias is not None, name=name,
                          dtype=torch.float32 if w.dtype in (torch.bfloat16, torch.float16)
                          else w.dtype, device=w.device, **layout)
-        self.__dict__["_ecosim_skeleton"] = _skeleton(module)
+        self.__dict__["_ecosim_skeleton"] = skeleton(module)
 
     @classmethod
     def from_module(cls, module: nn.Module, quantizer: Quantizer, *, key=0,
                     name: str = "weight"):
         """A layer holding ``q(module.weight)`` (SR key ``fold_in(key, "init", name)``) and a
         copy of its bias."""
-        _start_weight(module.weight, name)
+        start_weight(module.weight, name)
         return cls(module, quantizer, name=name)._take(module.weight, module.bias, key)
 
 
@@ -135,7 +135,7 @@ class QuantizedConv(_StoredModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
-        if not _holds(self, w):  # functional_call substituted the weight: the plain op
+        if not holds_slot(self, w):  # functional_call substituted the weight: the plain op
             return self._conv_type._conv_forward(self, x, w, self.bias)
         x, padding = self._padded(x)
         return StoredConv.apply(x, w, self.bias, self, padding)
@@ -194,7 +194,7 @@ class QuantizedConv1D(_StoredModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
-        if not _holds(self, w):  # functional_call substituted the weight: the plain forward
+        if not holds_slot(self, w):  # functional_call substituted the weight: the plain forward
             return type(self.__dict__["_ecosim_skeleton"]).forward(_View(self, weight=w), x)
         return StoredConv1D.apply(x, w, self.bias, self)
 
@@ -259,14 +259,14 @@ class QuantizedMultiheadAttention(nn.MultiheadAttention):
         new._parameters = dict(mha._parameters)
         new._buffers = dict(mha._buffers)
         new._modules = dict(mha._modules)
-        new.__dict__["_ecosim_skeleton"] = _skeleton(mha)
+        new.__dict__["_ecosim_skeleton"] = skeleton(mha)
         new._ecosim_same_embed_dim = mha._qkv_same_embed_dim
         new._qkv_same_embed_dim = False  # see the class docstring
         for attr, child in _MHA_WEIGHTS:
             w = new._parameters.pop(attr, None)
             if w is None:
                 continue
-            w0 = _start_weight(w, prefix + attr)
+            w0 = start_weight(w, prefix + attr)
             layer = QuantizedLinear(w.shape[1], w.shape[0], quantizer, bias=False,
                                     name=prefix + attr, dtype=w0.dtype, device=w0.device)
             new._modules[child] = layer._take(w, None, key)
@@ -279,7 +279,7 @@ class QuantizedMultiheadAttention(nn.MultiheadAttention):
         layers = [(attr, self._modules[child]) for attr, child in _MHA_WEIGHTS
                   if self._modules.get(child) is not None] + [("out_proj", out)]
         ws = {attr: _decoded(layer) for attr, layer in layers}
-        ours = [(layer, ws[attr]) for attr, layer in layers if _holds(layer, layer.weight)]
+        ours = [(layer, ws[attr]) for attr, layer in layers if holds_slot(layer, layer.weight)]
         view = _View(self, out_proj=_OutProj(ws.pop("out_proj"), out.bias),
                      _qkv_same_embed_dim=self._ecosim_same_embed_dim, **ws)
         with decode_in_backward(ours):
@@ -291,10 +291,10 @@ class QuantizedMultiheadAttention(nn.MultiheadAttention):
         for attr, child in _MHA_WEIGHTS:
             layer = self._modules.get(child)
             if layer is not None:
-                setattr(plain, attr, _param(layer.read(), layer.weight))
+                setattr(plain, attr, param(layer.read(), layer.weight))
         for attr, p in self._parameters.items():
             if p is not None:
-                setattr(plain, attr, _param(p, p))
+                setattr(plain, attr, param(p, p))
         plain.out_proj = self._modules["out_proj"].to_plain()
         return plain
 
@@ -349,12 +349,12 @@ def store_module(mod: nn.Module, quantizer: Quantizer, *, key=0, name: str = "")
     if isinstance(mod, nn.Linear):
         out = QuantizedLinear.from_linear(mod, quantizer, key=key, name=wname)
         if type(mod) is not nn.Linear:
-            out.__dict__["_ecosim_skeleton"] = _skeleton(mod)
+            out.__dict__["_ecosim_skeleton"] = skeleton(mod)
         return out
     return QuantizedConv1D.from_module(mod, quantizer, key=key, name=wname)
 
 
-def _weights_of(mod: nn.Module) -> list[tuple[str, nn.Module, torch.Tensor]]:
+def weights_of(mod: nn.Module) -> list[tuple[str, nn.Module, torch.Tensor]]:
     """``(suffix, owner, weight)`` of the weights :func:`store_module` would store."""
     if isinstance(mod, nn.MultiheadAttention):
         out = [(a, mod, mod._parameters[a]) for a, _ in _MHA_WEIGHTS
@@ -363,7 +363,7 @@ def _weights_of(mod: nn.Module) -> list[tuple[str, nn.Module, torch.Tensor]]:
     return [("weight", mod, mod.weight)]
 
 
-def _candidates(model: nn.Module):
+def candidates(model: nn.Module):
     """``(path, module)`` of the storable modules of ``model`` (not inside an attention
     module, which stores its own ``out_proj``), and ``{path: reason}`` of the others that hold
     a weight of two or more dimensions."""
@@ -381,7 +381,7 @@ def _candidates(model: nn.Module):
     return chosen, others
 
 
-def _ties(model: nn.Module, chosen) -> dict[str, str]:
+def tied_weights(model: nn.Module, chosen) -> dict[str, str]:
     """``{path: reason}`` of the chosen modules with a weight tied to another parameter."""
     uses: dict[int, int] = {}
     for _, p in model.named_parameters(remove_duplicate=False):
@@ -392,7 +392,7 @@ def _ties(model: nn.Module, chosen) -> dict[str, str]:
             owners[id(child)] = owners.get(id(child), 0) + 1
     out = {}
     for name, mod in chosen:
-        for suffix, owner, w in _weights_of(mod):
+        for suffix, owner, w in weights_of(mod):
             if uses[id(w)] - (owners.get(id(owner), 0) or 1) > 0:
                 out[name] = f"weight {suffix} is tied to another parameter"
     return out
@@ -440,15 +440,15 @@ def store_weights(model: nn.Module, quantizer: Quantizer, *, key=0,
     if not isinstance(quantizer, Quantizer):
         raise TypeError(f"quantizer must be an ecosim.torch.Quantizer, got "
                         f"{type(quantizer).__name__}")
-    chosen = [(n, m) for n, m in _candidates(model)[0] if predicate is None or predicate(n, m)]
+    chosen = [(n, m) for n, m in candidates(model)[0] if predicate is None or predicate(n, m)]
     if not chosen:
         raise ValueError("store_weights: no nn.Linear, nn.Conv1d/2d/3d, Conv1D or "
                          "nn.MultiheadAttention module of the model matched the predicate")
-    for name, why in _ties(model, chosen).items():
+    for name, why in tied_weights(model, chosen).items():
         raise ValueError(f"in {name!r}, {why}; storing it as codes would break the tie "
                          "(exclude it with predicate=)")
     names = []
     for name, mod in chosen:
         _replace(model, mod, store_module(mod, quantizer, key=key, name=name))
-        names += [f"{name}.{s}" if name else s for s, _, _ in _weights_of(mod)]
+        names += [f"{name}.{s}" if name else s for s, _, _ in weights_of(mod)]
     return names

@@ -33,8 +33,8 @@ from collections import Counter
 import torch
 from torch import nn
 
-from .layers import _candidates, _ties, _weights_of, store_weights
-from .nn import QuantizedLinear, _Codec, _raw, stored
+from .layers import candidates, tied_weights, weights_of, store_weights
+from .nn import QuantizedLinear, Codec, as_raw_bits, stored
 from .quantizer import Quantizer
 
 __all__ = ["QuantizeReport", "quantize_model", "unstore_weights", "ema_update"]
@@ -131,8 +131,8 @@ def quantize_model(model: nn.Module, quantizer: Quantizer, *, key=0, skip=None
     skip_fn = _skip_fn(skip)
     params = {id(p): p for p in model.parameters()}
     n_matrices = sum(p.ndim >= 2 for p in params.values())
-    chosen, skipped = _candidates(model)
-    ties = _ties(model, chosen)
+    chosen, skipped = candidates(model)
+    ties = tied_weights(model, chosen)
     keep = []
     for name, mod in chosen:
         if name in ties:
@@ -146,7 +146,7 @@ def quantize_model(model: nn.Module, quantizer: Quantizer, *, key=0, skip=None
     if not keep:
         raise ValueError(f"quantize_model: nothing to store (kept in full precision: "
                          f"{skipped or 'no weight matrices'})")
-    weights = {n: [w for _, _, w in _weights_of(m)] for n, m in chosen}
+    weights = {n: [w for _, _, w in weights_of(m)] for n, m in chosen}
     stored_params = sum(w.numel() for n in keep for w in weights[n])
     names = store_weights(model, quantizer, key=key, predicate=lambda n, m: n in keep)
     if callable(getattr(model, "save_pretrained", None)):  # a transformers model
@@ -207,11 +207,11 @@ def _is_stored_module(mod) -> bool:
 
 def _write_rtn(layer: QuantizedLinear, x: torch.Tensor) -> None:
     """Store ``q(x)`` in ``layer`` with round-to-nearest (whatever the layer's mode)."""
-    rtn = _Codec(dataclasses.replace(layer.quantizer, mode="rtn"))
+    rtn = Codec(dataclasses.replace(layer.quantizer, mode="rtn"))
     _, codes, scales = rtn.encode(layer._to_matrix(x.to(layer._value_dtype)), None)
-    layer.codes.copy_(_raw(codes))
+    layer.codes.copy_(as_raw_bits(codes))
     if scales is not None:
-        layer.scales.copy_(_raw(scales))
+        layer.scales.copy_(as_raw_bits(scales))
 
 
 def _values(model: nn.Module) -> dict[str, tuple[torch.Tensor, object]]:

@@ -90,7 +90,7 @@ _FAST_NAN = ("fn", "ieee")  # NaN conventions whose torch casts agree with ecosi
 
 # -- codes: one quantizer's storage --------------------------------------------------------------
 
-class _Codec:
+class Codec:
     """How tensors quantized by ``q`` are held: codes (+ scales) and back, bit for bit.
 
     ``encode`` returns ``(values, codes, scales)`` with ``values == q(x, key=key)`` (what the
@@ -157,11 +157,11 @@ class _Codec:
         z = torch.zeros_like(like, memory_format=torch.contiguous_format)
         if self.cast:
             return z, z.to(self.typed), None
-        rtn = _Codec(dataclasses.replace(self.q, mode="rtn"))
+        rtn = Codec(dataclasses.replace(self.q, mode="rtn"))
         return rtn.encode(z, None)
 
 
-def _raw(t: torch.Tensor) -> torch.Tensor:
+def as_raw_bits(t: torch.Tensor) -> torch.Tensor:
     """A floating low-precision tensor as same-size integers (same bits); others unchanged.
 
     Integers survive what floats do not: ``Module.half()``/``.to(dtype)`` conversions,
@@ -174,7 +174,7 @@ def _raw(t: torch.Tensor) -> torch.Tensor:
 
 
 def _typed(raw: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """Inverse of :func:`_raw` (``dtype`` None: the tensor is already in its storage dtype)."""
+    """Inverse of :func:`as_raw_bits` (``dtype`` None: the tensor is already in its storage dtype)."""
     if dtype is None or raw.dtype == dtype:
         return raw
     return raw.view(dtype)
@@ -183,7 +183,7 @@ def _typed(raw: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
 _HALF = (torch.bfloat16, torch.float16)
 
 
-def _start_weight(w: torch.Tensor, name: str) -> torch.Tensor:
+def start_weight(w: torch.Tensor, name: str) -> torch.Tensor:
     """``w`` detached, checked to be finite and floating (what a stored layer starts from);
     bfloat16/float16 weights are converted (exactly) to float32, the dtype the layer decodes
     in, so they are rounded from their own values."""
@@ -204,20 +204,20 @@ def _start_weight(w: torch.Tensor, name: str) -> torch.Tensor:
 
 # -- plain twins -------------------------------------------------------------------------------
 
-def _skeleton(mod: nn.Module) -> nn.Module:
+def skeleton(mod: nn.Module) -> nn.Module:
     """A copy of ``mod`` (and its submodules) without parameters: what :meth:`to_plain` fills."""
     out = copy.copy(mod)
     out._parameters = {k: None for k in mod._parameters}
     out._buffers = dict(mod._buffers)
-    out._modules = {k: _skeleton(m) if m is not None else None for k, m in mod._modules.items()}
+    out._modules = {k: skeleton(m) if m is not None else None for k, m in mod._modules.items()}
     return out
 
 
-def _param(value: torch.Tensor, like: torch.Tensor | None) -> nn.Parameter:
+def param(value: torch.Tensor, like: torch.Tensor | None) -> nn.Parameter:
     """A new parameter holding ``value`` in ``like``'s dtype (a stored weight's slot: the
     module's dtype, e.g. bfloat16 after ``.to(torch.bfloat16)``) and requires_grad."""
     if like is not None:
-        value = _cast(value.detach(), like.dtype)
+        value = cast_to(value.detach(), like.dtype)
     return nn.Parameter(value.detach().clone(),
                         requires_grad=like.requires_grad if like is not None else True)
 
@@ -248,7 +248,7 @@ class _StoredLinear(torch.autograd.Function):
                 w = layer._decode(codes, scales).to(cdt)
                 return F.linear(x.to(cdt), w, bias.to(cdt) if bias is not None else None)
         # no autocast: the same F.linear, without a context or casts (cheaper on small layers)
-        return F.linear(x, _cast(layer._decode(codes, scales), x.dtype), _cast(bias, x.dtype))
+        return F.linear(x, cast_to(layer._decode(codes, scales), x.dtype), cast_to(bias, x.dtype))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -269,19 +269,19 @@ class _StoredLinear(torch.autograd.Function):
         xc, codes, scales = ctx.saved_tensors
         layer, cdt = ctx.layer, ctx.cdt
         n_out, n_in = layer.out_features, layer.in_features
-        g = _cast(dy, cdt).reshape(-1, n_out)
+        g = cast_to(dy, cdt).reshape(-1, n_out)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            w = _cast(layer._decode(codes, scales), cdt)
-            dx = _cast(g.mm(w).reshape(xc.shape), ctx.x_dtype)
+            w = cast_to(layer._decode(codes, scales), cdt)
+            dx = cast_to(g.mm(w).reshape(xc.shape), ctx.x_dtype)
         if ctx.needs_input_grad[1]:
-            dw = _cast(g.t().mm(xc.reshape(-1, n_in)), ctx.w_dtype)
+            dw = cast_to(g.t().mm(xc.reshape(-1, n_in)), ctx.w_dtype)
         if ctx.needs_input_grad[2]:
-            db = _cast(g.sum(0), ctx.b_dtype)
+            db = cast_to(g.sum(0), ctx.b_dtype)
         return dx, dw, db, None
 
 
-def _holds(layer, w) -> bool:
+def holds_slot(layer, w) -> bool:
     """Whether ``w`` is ``layer``'s own slot (or a detached alias of it), also as torch.func
     wraps it; anything else is a weight substituted for the slot (``functional_call``)."""
     if torch.compiler.is_compiling():  # traced code: a slot's link to its layer is opaque
@@ -292,7 +292,7 @@ def _holds(layer, w) -> bool:
     return stored(w) is layer
 
 
-def _cast(t, dtype):
+def cast_to(t, dtype):
     """``t.to(dtype)``, skipping the call where ``t`` has that dtype (or is None)."""
     return t if t is None or t.dtype == dtype else t.to(dtype)
 
@@ -349,7 +349,7 @@ class QuantizedLinear(nn.Module):
             raise TypeError(f"QuantizedLinear holds float32 or float64 weights, got {dtype}")
         self.in_features, self.out_features = int(in_features), int(out_features)
         self.quantizer, self.name = quantizer, str(name)
-        self._codec = _Codec(quantizer)
+        self._codec = Codec(quantizer)
         # The codes hold the (out, fan-in) matrix, scaled per row; the parameter may be that
         # matrix reshaped (a convolution) or transposed (a transformers Conv1D).
         self._mshape = (self.out_features, self.in_features)
@@ -363,9 +363,9 @@ class QuantizedLinear(nn.Module):
         self._value_dtype = dtype
         _, codes, scales = self._codec.zeros(torch.zeros(self._mshape, dtype=dtype,
                                                          device=device))
-        self.register_buffer("codes", _raw(codes))
+        self.register_buffer("codes", as_raw_bits(codes))
         # a plain cast (fixed scale 1 onto bfloat16/float16) has no scales: an empty buffer
-        self.register_buffer("scales", _raw(scales) if scales is not None
+        self.register_buffer("scales", as_raw_bits(scales) if scales is not None
                              else torch.empty(0, dtype=dtype, device=device))
         self.weight = GradSlot(self._shape, dtype, device)
         self.weight._ecosim_store = self
@@ -381,7 +381,7 @@ class QuantizedLinear(nn.Module):
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"from_linear takes an nn.Linear, got {type(linear).__name__}; "
                             "for other layers use ecosim.torch.store_module(module, quantizer)")
-        w = _start_weight(linear.weight, name)
+        w = start_weight(linear.weight, name)
         out = cls(linear.in_features, linear.out_features, quantizer,
                   bias=linear.bias is not None, name=name, dtype=w.dtype, device=w.device)
         return out._take(linear.weight, linear.bias, key)
@@ -425,9 +425,9 @@ class QuantizedLinear(nn.Module):
         plain = copy.deepcopy(sk) if sk is not None else nn.Linear(
             self.in_features, self.out_features, bias=self.bias is not None,
             device=self.codes.device, dtype=self._value_dtype)
-        plain.weight = _param(self.read(), self.weight)
+        plain.weight = param(self.read(), self.weight)
         if self.bias is not None:
-            plain.bias = _param(self.bias, self.bias)
+            plain.bias = param(self.bias, self.bias)
         return plain
 
     def pop_initial(self) -> torch.Tensor | None:
@@ -447,12 +447,12 @@ class QuantizedLinear(nn.Module):
         """Store ``q(x)`` (SR with ``key``) in place and return its dequantized values."""
         if tuple(x.shape) != self._shape:
             raise ValueError(f"{self.name!r} holds shape {self._shape}, got {tuple(x.shape)}")
-        values, codes, scales = self._codec.encode(self._to_matrix(_cast(x, self._value_dtype)),
+        values, codes, scales = self._codec.encode(self._to_matrix(cast_to(x, self._value_dtype)),
                                                    key)
-        self.codes.copy_(_raw(codes))
+        self.codes.copy_(as_raw_bits(codes))
         self._initial = None  # the codes are no longer q(W_0)
         if scales is not None:
-            self.scales.copy_(_raw(scales))
+            self.scales.copy_(as_raw_bits(scales))
         return self._to_param(values)
 
     @torch.no_grad()
@@ -471,9 +471,9 @@ class QuantizedLinear(nn.Module):
                              f"scales {tuple(mine.scales.shape)}; got {enc.codes.dtype} codes "
                              f"{tuple(enc.codes.shape)} of {tuple(enc.shape)}, scales "
                              f"{tuple(enc.scales.shape)}")
-        self.codes.copy_(_raw(enc.codes))
+        self.codes.copy_(as_raw_bits(enc.codes))
         self._initial = None
-        self.scales.copy_(_raw(enc.scales))
+        self.scales.copy_(as_raw_bits(enc.scales))
 
     def encoded(self) -> Encoded:
         """The stored weights as :class:`ecosim.torch.Encoded` (views of the buffers: codes in
@@ -489,7 +489,7 @@ class QuantizedLinear(nn.Module):
     # -- nn.Module --------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
-        if not _holds(self, w):  # torch.func.functional_call substituted the weight: use it
+        if not holds_slot(self, w):  # torch.func.functional_call substituted the weight: use it
             return F.linear(x, w, self.bias)
         return _StoredLinear.apply(x, w, self.bias, self)
 
@@ -571,7 +571,7 @@ def data_parallel(model: nn.Module, **kwargs) -> nn.Module:
                 if not isinstance(p, GradSlot):
                     dist.broadcast(p.data, 0, group=group)
             for b in model.buffers():
-                dist.broadcast(_raw(b), 0, group=group)
+                dist.broadcast(as_raw_bits(b), 0, group=group)
     return nn.parallel.DistributedDataParallel(model, **kwargs)
 
 

@@ -1,5 +1,5 @@
 """Float arithmetic that must round as NumPy's does, on every device: a true division by a
-Python number (:func:`_div`), a correctly rounded float32 square root (:func:`_sqrt`), and the
+Python number (:func:`div`), a correctly rounded float32 square root (:func:`sqrt_rounded`), and the
 float64 mean of absmean scales summed in NumPy's order (:func:`numpy_mean`: pairwise summation
 with 8-way unrolled leaves of at most 128 values, buffered when float32 is widened).
 
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 
-def _div(x: torch.Tensor, y) -> torch.Tensor:
+def div(x: torch.Tensor, y) -> torch.Tensor:
     """``x / y`` for a Python number ``y``, rounded once (IEEE division) on every device.
 
     ``y`` is first rounded to ``x``'s dtype (as NumPy rounds a scalar divisor to the array's
@@ -47,7 +47,7 @@ def _scalar(v, sign: float, dtype: torch.dtype, device: torch.device) -> torch.T
         return torch.full((), v, dtype=dtype, device=device)
 
 
-def _sqrt(x: torch.Tensor) -> torch.Tensor:
+def sqrt_rounded(x: torch.Tensor) -> torch.Tensor:
     """Correctly rounded square root (NumPy's). torch's vectorized float32 ``sqrt`` on CPUs
     (torch's AVX512 kernels among them) is off by one ulp on ~0.7% of inputs; the
     float64 root of a float32 value rounded back to float32 is correctly rounded (53 >= 2*24+2
@@ -91,7 +91,7 @@ def numpy_mean(a: torch.Tensor, axes: tuple) -> torch.Tensor:
             s = s + row.to(torch.float64)
     else:  # pragma: no cover - Quantizer never asks for this
         raise NotImplementedError(f"NumPy-order mean over axes {axes}")
-    return _div(s, count).reshape(keep)
+    return div(s, count).reshape(keep)
 
 
 def _buffered_pairwise(t: torch.Tensor, buf: int) -> torch.Tensor:

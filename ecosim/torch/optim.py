@@ -120,13 +120,13 @@ from ..checks import check_bool
 from ..optim.adamw import schedule_guard_lr
 from ..optim.schemes import get as get_scheme
 from ..optim.schemes import is_eco
-from .optim_base import _ECOBase
-from .numerics import _div, _sqrt
+from .optim_base import ECOBase
+from .numerics import div, sqrt_rounded
 
 __all__ = ["ECOSGD", "ECOAdamW"]
 
 
-class ECOSGD(_ECOBase):
+class ECOSGD(ECOBase):
     """SGD with momentum over quantized weights (mirror of :func:`ecosim.optim.sgdm`).
 
     ``momentum`` means what it means in ``torch.optim.SGD``: heavy-ball momentum
@@ -267,7 +267,7 @@ class ECOSGD(_ECOBase):
         self._finish_write(meta, p, st, w, tt, key, t, m, eco_gain, exact)
 
 
-class ECOAdamW(_ECOBase):
+class ECOAdamW(ECOBase):
     """AdamW over quantized weights (mirror of :func:`ecosim.optim.adamw`).
 
     Step ``t`` (``n = t + 1``, less the steps that skipped the parameter for want of a
@@ -616,7 +616,7 @@ class _AdamMath:
                 return self.compiled[1](m, v, bc1, bc2, eps, lr)
             except Exception as err:  # noqa: BLE001
                 self._fail(err)
-        d = _sqrt(_div(v, bc2))  # a true division on every device (see _div)
+        d = sqrt_rounded(div(v, bc2))  # a true division on every device (see div)
         d += eps
         tt = m / d
         tt *= lr / bc1  # (lr / (1 - b1^n)) * m / d

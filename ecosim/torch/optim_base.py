@@ -26,11 +26,11 @@ from ..optim.base import resolve_states as _np_resolve_states
 from ..optim.base import weights_dict
 from ..optim.base import compensation_quantizer, state_quantizer
 from ..optim.schemes import REGISTRY, Scheme, get, is_eco, torch_names_for
-from .dtensor import (_check_sharded_quantizer, _Shard, _shard_of, _ShardKey, _sr_key,
+from .dtensor import (check_sharded_quantizer, ShardRows, shard_of, ShardKey, sr_key,
                       is_dtensor, local_tensor)
-from .nn import _cast, _Codec, stored
-from .optim_diag import _DiagnosticsMixin, _StepDiag
-from .optim_state import _CheckpointMixin
+from .nn import cast_to, Codec, stored
+from .optim_diag import DiagnosticsMixin, StepDiag
+from .optim_state import CheckpointMixin
 from .quantizer import Encoded, Quantizer
 
 #: the grid a plain parameter of each half-precision dtype holds (see _own_grid)
@@ -67,11 +67,11 @@ def _torch_quantizer(q) -> Quantizer:
                      q.sr_rule)
 
 
-def _state_codec(spec) -> _Codec:
+def _state_codec(spec) -> Codec:
     """:func:`ecosim.optim.base.state_quantizer` for torch: a torch Quantizer is used as is."""
     if isinstance(spec, Quantizer):
-        return _Codec(spec)
-    return _Codec(_torch_quantizer(state_quantizer(spec)))
+        return Codec(spec)
+    return Codec(_torch_quantizer(state_quantizer(spec)))
 
 
 @dataclasses.dataclass
@@ -83,14 +83,14 @@ class _Meta:
     layer: object | None       # the QuantizedLinear holding the codes, for stored weights
     scheme: str
     sch: Scheme                # the scheme's record (fp's when not quantized)
-    codec: _Codec | None = None  # the weight quantizer's storage
-    comp: _Codec | None = None  # Kahan's compensation buffer
-    shard: "_Shard | None" = None  # where this process's rows sit (DTensor parameters)
+    codec: Codec | None = None  # the weight quantizer's storage
+    comp: Codec | None = None  # Kahan's compensation buffer
+    shard: "ShardRows | None" = None  # where this process's rows sit (DTensor parameters)
     shape: tuple = ()  # the parameter's (local) shape its states were built for
     dtype: torch.dtype = torch.float32  # what the update is computed in (float32 for bf16)
 
 
-class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
+class ECOBase(DiagnosticsMixin, CheckpointMixin, torch.optim.Optimizer):
     """The optimizer both ECO optimizers are: see the module docstring."""
 
     _twin: str = "sgdm"  # the NumPy optimizer this one mirrors (its schemes, moments, rules)
@@ -100,7 +100,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         self.collect_diagnostics = check_bool(diagnostics, "diagnostics")
         self._never: dict[str, torch.Tensor] = {}  # name -> weights never changed (diagnostics)
         self._last_diag: dict | None = None
-        self._diag: _StepDiag | None = None
+        self._diag: StepDiag | None = None
         schemes = torch_names_for(self._twin)
         if scheme not in schemes:
             raise ValueError(f"scheme must be one of {schemes}, got {scheme!r}")
@@ -181,7 +181,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
 
     def _init_param(self, group, name, p):
         layer = stored(p)
-        shard = _shard_of(name, p) if is_dtensor(p) else None
+        shard = shard_of(name, p) if is_dtensor(p) else None
         if layer is not None:  # W_0 when the layer still has it (see ecosim.torch.nn)
             w0 = layer.pop_initial()
             full = (w0.to(device=layer.codes.device, dtype=layer._value_dtype, copy=True)
@@ -207,21 +207,21 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
                 "per output channel) or give it weights=None or a tensor-wise quantizer")
         meta = _Meta(name, q, layer, self.scheme if q is not None else "fp",
                      self._scheme_record() if q is not None else REGISTRY["fp"],
-                     layer._codec if layer is not None else (_Codec(q) if q else None),
+                     layer._codec if layer is not None else (Codec(q) if q else None),
                      shard=shard, shape=tuple(local_tensor(p).shape), dtype=full.dtype)
         if "c" in meta.sch.buffers:
-            meta.comp = _Codec(compensation_quantizer(q))
+            meta.comp = Codec(compensation_quantizer(q))
         if shard is not None:
             if q is not None:
-                _check_sharded_quantizer(name, q, shard, "the weight quantizer")
+                check_sharded_quantizer(name, q, shard, "the weight quantizer")
             for which, codec in self._codecs_of(meta).items():
-                _check_sharded_quantizer(name, codec.q, shard, f"the {which!r} state format")
+                check_sharded_quantizer(name, codec.q, shard, f"the {which!r} state format")
                 if codec.packed:
                     raise ValueError(f"the {which!r} state format {codec.q.fmt.name} of "
                                      f"sharded parameter {name!r} packs several codes per "
                                      "byte: not supported with DTensor parameters")
             if "g" in self.states:
-                _check_sharded_quantizer(name, self.states["g"].q, shard, "the 'g' format")
+                check_sharded_quantizer(name, self.states["g"].q, shard, "the 'g' format")
         self._meta[name] = meta
         st = self.state[p]
         key = self._key(group, meta)
@@ -230,7 +230,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         if q is None:
             w = full
         else:
-            w = self._write(meta, p, full, _sr_key(key, "init", name)
+            w = self._write(meta, p, full, sr_key(key, "init", name)
                             if q.rounding.stochastic else None)
         self._init_state(st, group, meta, full, w)
 
@@ -238,7 +238,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
     def _key(group, meta):
         """The group's root key; for a shard, one that offsets its SR counters."""
         if meta.shard is not None and meta.shard.offset:
-            return _ShardKey(group["key"], meta.shard.offset)
+            return ShardKey(group["key"], meta.shard.offset)
         return group["key"]
 
     # -- buffers ----------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         if codec is None:
             st[which] = x
             return x
-        k = _sr_key(key, *data) if codec.q.rounding.stochastic else None
+        k = sr_key(key, *data) if codec.q.rounding.stochastic else None
         values, codes, scales = codec.encode(x, k)
         st[which] = codes
         if scales is not None:
@@ -276,7 +276,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
         codec = self.states.get("g")
         if codec is None:
             return g
-        return codec.encode(g, _sr_key(key, t, name, "g") if codec.q.rounding.stochastic
+        return codec.encode(g, sr_key(key, t, name, "g") if codec.q.rounding.stochastic
                             else None)[0]
 
     def _codecs_of(self, meta):
@@ -327,7 +327,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
     def _weights_of(self, meta, p):
         if meta.layer is not None:
             return meta.layer.read()
-        return _cast(local_tensor(p).detach(), meta.dtype)
+        return cast_to(local_tensor(p).detach(), meta.dtype)
 
     # -- public -----------------------------------------------------------------------------------
     @property
@@ -433,7 +433,7 @@ class _ECOBase(_DiagnosticsMixin, _CheckpointMixin, torch.optim.Optimizer):
             for p in group["params"]:
                 if id(p) not in have:
                     self._skipped(self.state[p])
-        diag = self._diag = (_StepDiag() if getattr(self, "collect_diagnostics", False)
+        diag = self._diag = (StepDiag() if getattr(self, "collect_diagnostics", False)
                              else None)
         for group, items in work:
             if diag is None:
@@ -506,7 +506,7 @@ class _Write:
 
     def weights(self, tt):
         meta = self.meta
-        return self.opt._write(meta, self.p, tt, _sr_key(self.key, self.t, meta.name)
+        return self.opt._write(meta, self.p, tt, sr_key(self.key, self.t, meta.name)
                                if meta.q.rounding.stochastic else None)
 
     def compensation(self, e):

@@ -2,8 +2,8 @@
 the fraction of stored codes changed and never changed, ``|m|/|g|``, and how much of ECO's
 injection the stored momentum kept, collected on the device and moved to the host once a step.
 
-A mixin of :class:`ecosim.torch.optim_base._ECOBase`, which calls :meth:`_diag_param` after each
-quantized parameter's update and whose ECO injection records into :class:`_StepDiag`.
+A mixin of :class:`ecosim.torch.optim_base.ECOBase`, which calls :meth:`_diag_param` after each
+quantized parameter's update and whose ECO injection records into :class:`StepDiag`.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import math
 import torch
 
 from .dtensor import local_tensor
-from .nn import _raw, stored
+from .nn import as_raw_bits, stored
 from .quantizer import unpack
 
 
-class _DiagnosticsMixin:
+class DiagnosticsMixin:
     """The diagnostics of the last step and the never-changed masks of an ECO optimizer."""
 
     def _flat_codes(self, p) -> torch.Tensor:
@@ -27,7 +27,7 @@ class _DiagnosticsMixin:
         n = math.prod(local_tensor(p).shape) if stored(p) is None else math.prod(enc.shape)
         if enc.packed_bits:
             return unpack(enc.codes, enc.packed_bits, n)
-        return _raw(enc.codes).reshape(-1).clone()
+        return as_raw_bits(enc.codes).reshape(-1).clone()
 
     def _diag_param(self, diag, meta, p, codes_old, g):
         """Record the diagnostics of quantized parameter ``meta.name`` after its update."""
@@ -89,7 +89,7 @@ class _DiagnosticsMixin:
         return self._never[name]
 
 
-class _StepDiag:
+class StepDiag:
     """Collects one step's diagnostics as device tensors, one row per quantized parameter:
     ``[changed, never, |m|^2, |g|^2, <kept, intended>, <intended, intended>, injected,
     lost]`` (float64; the sizes are host ints); :meth:`result` moves them to the host in one

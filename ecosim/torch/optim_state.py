@@ -3,7 +3,7 @@ counter and low-precision codes as same-size integers, ``load_state_dict`` back 
 dtypes, and the states of DTensor (FSDP2) parameters as DTensors of their placement, gathered
 whole, or this process's rows.
 
-A mixin of :class:`ecosim.torch.optim_base._ECOBase`: it reads the optimizer's ``_meta``,
+A mixin of :class:`ecosim.torch.optim_base.ECOBase`: it reads the optimizer's ``_meta``,
 ``param_groups`` and ``state`` and its buffer codecs (``_codecs_of``).
 """
 
@@ -15,8 +15,8 @@ import warnings
 import torch
 
 from ..optim.schemes import all_buffers
-from .dtensor import _full_tensor, _rows_of, is_dtensor
-from .nn import _raw
+from .dtensor import gather_full, rows_of, is_dtensor
+from .nn import as_raw_bits
 
 _OWN_ATTRS = ("scheme", "weights", "states", "_meta", "_counter", "_step_count_t",
               "nesterov", "heavy_ball", "wd_corrected_injection", "_math",
@@ -24,7 +24,7 @@ _OWN_ATTRS = ("scheme", "weights", "states", "_meta", "_counter", "_step_count_t
               "collect_diagnostics", "_never", "_last_diag")
 
 
-class _CheckpointMixin:
+class CheckpointMixin:
     """``state_dict``/``load_state_dict`` (and pickling) of an ECO optimizer."""
 
     def __getstate__(self):
@@ -62,14 +62,14 @@ class _CheckpointMixin:
         tensors: what an unsharded optimizer's ``state_dict`` holds. A collective: every
         process of the mesh calls it (in the same order)."""
         sd = self.state_dict()
-        sd["state"] = {i: {k: _full_tensor(v) if is_dtensor(v) else v for k, v in s.items()}
+        sd["state"] = {i: {k: gather_full(v) if is_dtensor(v) else v for k, v in s.items()}
                        for i, s in sd["state"].items()}
         return sd
 
     def _export(self, meta, k, v):
         if not isinstance(v, torch.Tensor):
             return v
-        v = _raw(v)
+        v = as_raw_bits(v)
         sh = meta.shard
         if sh is None or not self._row_state(meta, k):
             return v
@@ -109,7 +109,7 @@ class _CheckpointMixin:
                 if sh is not None:
                     for k, v in list(st.items()):
                         if isinstance(v, torch.Tensor) and self._row_state(self._meta[name], k):
-                            st[k] = _rows_of(v, sh, name, k)
+                            st[k] = rows_of(v, sh, name, k)
                 for which, codec in self._codecs_of(self._meta[name]).items():
                     for k, typed in ((which, codec.typed), (which + "_scales",
                                                             codec.scales_typed)):
