@@ -40,6 +40,7 @@ from ._checks import check_bool
 from .formats import Format, get
 from .optim import catalog as optimizer_catalog
 from .optim.base import QuantizedOptimizer, compensation_quantizer, state_quantizer
+from .optim.schemes import names_for
 from .optim.schemes import BUFFER_STORAGE
 from .optim.schemes import get as get_scheme
 from .quantizer import Quantizer
@@ -174,9 +175,11 @@ def bytes_per_param(optimizer: str | QuantizedOptimizer = "adamw", scheme: str =
 
     Args:
         optimizer: a name of :mod:`ecosim.optim.catalog` (``"adamw"``, ``"sgdm"``,
-            ``"muon"``: every parameter a matrix, one momentum), or an optimizer object (then ``scheme``, ``weights`` and ``states``
+            ``"muon"``: every parameter a matrix, one momentum; any other row), or an
+            optimizer object (then ``scheme``, ``weights`` and ``states``
             are taken from it, ``weights`` must be one Quantizer).
-        scheme: one of :data:`ecosim.optim.SCHEMES`.
+        scheme: one of the schemes the optimizer runs
+            (:func:`ecosim.optim.schemes.names_for`).
         weights: the weight format (a Quantizer or a format name); ignored for ``"fp"``.
         states: ``{"m": ..., "v": ..., "master": ...}`` formats or Quantizers (default:
             ``dtype``); ``"g"`` is accepted and not counted (gradients are transient).
@@ -204,6 +207,9 @@ def bytes_per_param(optimizer: str | QuantizedOptimizer = "adamw", scheme: str =
     if optimizer not in optimizer_catalog.names():
         raise ValueError(f"optimizer must be one of {optimizer_catalog.names()}, got "
                          f"{optimizer!r}")
+    if scheme not in names_for(optimizer):
+        raise ValueError(f"optimizer {optimizer!r} runs the schemes {names_for(optimizer)}, "
+                         f"got scheme {scheme!r}")
     q = None if scheme == "fp" else _as_quantizer(weights)
     states = {k: state_quantizer(v) for k, v in (states or {}).items() if v is not None}
     wq = _buffer_bytes_per_param(q, dtype, block)

@@ -143,9 +143,9 @@ class Quantizer(QuantizerConfig):
 
     Args:
         fmt: format or name (``"e4m3"``, ``"int4"``, ``"ternary"`` ...).
-        mode: a name of :data:`~ecosim.rounding_modes.MODES`, ``"rtn"`` or ``"sr"`` (see
-            :func:`ecosim.quantize`), or a :class:`~ecosim.rounding_modes.Rounding` (which
-            then carries ``nbits``, ``saturate`` and ``sr_rule``).
+        mode: a name of :data:`~ecosim.rounding_modes.MODES` (see :func:`ecosim.quantize`),
+            or a :class:`~ecosim.rounding_modes.Rounding` (which then carries ``nbits``,
+            ``saturate`` and ``sr_rule``).
         granularity: ``"tensor"`` (one scale), ``"row"`` (one per index of the leading axes,
             reducing over the last axis: per output channel of a ``(out, in)`` weight, what the
             ECO paper uses for FP8), ``"column"`` (reducing over all but the last axis), or an

@@ -96,3 +96,12 @@ def test_memory_formula_is_one_moment_and_matches_the_arrays():
         assert measured == formula
     assert memory.bytes_per_param(lion(1e-3, scheme="naive", weights=q)).total < \
         memory.bytes_per_param(ecosim.optim.adamw(1e-3, scheme="naive", weights=q)).total
+
+
+def test_memory_refuses_a_scheme_the_optimizer_does_not_run_and_kahan_is_cheapest():
+    with pytest.raises(ValueError, match=r"optimizer 'lion' runs the schemes .*, got scheme "
+                                         r"'eco'"):
+        memory.bytes_per_param("lion", "eco")
+    per = {s: memory.bytes_per_param("lion", s).total for s in ("kahan", "eco_exact", "master")}
+    assert per == {"kahan": 6.0, "eco_exact": 9.0, "master": 8.0}  # docs/theory.md 4.9
+    assert memory.bytes_per_param("adamw", "eco").total == 9.0  # the injecting ones still run

@@ -243,3 +243,13 @@ def test_a_cast_state_keeps_every_field_of_its_rounding():
     floor = dict(cfg, sr_rule="floor")
     assert not np.array_equal(ecosim.Quantizer(**floor)(s.m["w"] * 1.01, key=1),
                               ecosim.Quantizer(**cfg)(s.m["w"] * 1.01, key=1))
+
+
+def test_a_deterministic_forward_takes_rtz_and_refuses_sr():
+    from ecosim.problems import MLP
+    from ecosim.problems.quantized import QuantizedForward
+
+    mlp = MLP([4, 8, 2])
+    QuantizedForward(mlp, ecosim.Quantizer("int8", "rtz"))
+    with pytest.raises(ValueError, match="must round deterministically"):
+        QuantizedForward(mlp, ecosim.Quantizer("int8", "sr"))

@@ -51,11 +51,12 @@ def state_quantizer(spec: Quantizer | Format | str | tuple) -> Quantizer:
     """The quantizer of a low-precision buffer (``g``, ``m``, ``v`` or ``master``).
 
     Args:
-        spec: a :class:`~ecosim.Quantizer` (used as is: its mode, RTN or SR, applies), a
-            format, or a pair ``(format, mode)`` with ``mode`` ``"rtn"`` or ``"sr"`` (a format
-            alone means RTN). A format of 16 bits or more (``"bf16"``, ``"fp16"``) or with an
-            exponent field of 8 bits or more (the third reference's ``custom(8, M)``, any M)
-            means a plain cast: the fixed scale 1, so the relative error is at most
+        spec: a :class:`~ecosim.Quantizer` (used as is: its mode applies), a format, or a
+            pair ``(format, mode)`` with ``mode`` a name of
+            :data:`~ecosim.rounding_modes.MODES` (a format alone means RTN). A format of 16
+            bits or more (``"bf16"``, ``"fp16"``) or with an exponent field of 8 bits or more
+            (the third reference's ``custom(8, M)``, any M) means a plain cast: the fixed
+            scale 1, so the relative error is at most
             ``2**-M`` over float32's whole range. A narrower one (``"e4m3"``) gets row-wise
             absmax scales (one per output row, as the weights), since a plain FP8 cast would
             flush the small values of ``v`` to zero.
@@ -114,7 +115,7 @@ def on_grid(q: Quantizer, x: np.ndarray, *, scales: np.ndarray | None = None) ->
     return bool(np.array_equal(y, x))
 
 
-def _resolve_weights(weights: Any, scheme: str,
+def resolve_weights(weights: Any, scheme: str,
                      schemes: tuple[str, ...] = SCHEMES) -> Quantizer | Mapping | None:
     if scheme not in schemes:
         raise ValueError(f"scheme must be one of {schemes}, got {scheme!r}")
@@ -183,7 +184,7 @@ def check_beta(value: Any, name: str, scheme: str) -> float:
     return value
 
 
-def _make_schedule(lr: Any, scheme: str) -> Callable[[int], float]:
+def make_schedule(lr: Any, scheme: str) -> Callable[[int], float]:
     if not callable(lr):
         value = check_real(lr, "lr")
         if value <= 0 and is_eco(scheme):

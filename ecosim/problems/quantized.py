@@ -27,7 +27,7 @@ import numpy as np
 
 from ..quantizer import Quantizer
 from .base import Problem
-from .mlp import MLP, DataBatch, _act, _act_grad, _loss_and_dout
+from .mlp import MLP, DataBatch, activate, act_grad, loss_and_dout
 
 __all__ = ["QuantizedForward", "bitnet_quantizers"]
 
@@ -86,9 +86,9 @@ class QuantizedForward(Problem):
         for name, q in (("weights", weights), ("activations", activations)):
             if q is not None and not isinstance(q, Quantizer):
                 raise TypeError(f"{name} must be a Quantizer or None, got {type(q).__name__}")
-            if q is not None and q.mode != "rtn":
-                raise ValueError(f"{name} must round to nearest (mode 'rtn'): the forward is "
-                                 f"deterministic; got mode {q.mode!r}")
+            if q is not None and q.rounding.stochastic:
+                raise ValueError(f"{name} must round deterministically (not mode 'sr'): the "
+                                 f"forward is deterministic; got mode {q.mode!r}")
         if not isinstance(train, (bool, np.bool_)):
             raise TypeError(f"train must be a bool, got {train!r}")
         self.mlp, self.weights, self.activations = mlp, weights, activations
@@ -133,7 +133,7 @@ class QuantizedForward(Problem):
             aas.append(a)
             z = a @ w.T + b
             zs.append(z)
-            h = _act(z, act) if i < len(layers) - 1 else z
+            h = activate(z, act) if i < len(layers) - 1 else z
         return h, aas, zs, layers
 
     def predict(self, params: dict, x: np.ndarray) -> np.ndarray:
@@ -145,7 +145,7 @@ class QuantizedForward(Problem):
 
     def _loss_q(self, params: dict, x: np.ndarray, y: np.ndarray) -> float:
         out = self.predict(params, x)
-        return float(_loss_and_dout(out, y, self.mlp.loss_kind)[0])
+        return float(loss_and_dout(out, y, self.mlp.loss_kind)[0])
 
     def loss(self, params: dict, batch: DataBatch | None = None) -> float:
         """Mean training loss over ``batch`` (the full training set when None): of the
@@ -161,13 +161,13 @@ class QuantizedForward(Problem):
             return self.mlp.loss_and_grad(params, batch)
         x, y = self.mlp._data(batch)
         out, aas, zs, layers = self._forward(params, x)
-        value, dz = _loss_and_dout(out, y, self.mlp.loss_kind)
+        value, dz = loss_and_dout(out, y, self.mlp.loss_kind)
         grads = {}
         for i in range(len(layers) - 1, -1, -1):
             grads[f"W{i}"] = dz.T @ aas[i]
             grads[f"b{i}"] = dz.sum(axis=0)
             if i > 0:
-                dz = (dz @ layers[i][0]) * _act_grad(zs[i - 1], self.mlp.activation)
+                dz = (dz @ layers[i][0]) * act_grad(zs[i - 1], self.mlp.activation)
         return float(value), {p.name: grads[p.name] for p in self.mlp.param_info}
 
     def grad(self, params: dict, batch: DataBatch | None = None) -> dict[str, np.ndarray]:
