@@ -1,5 +1,5 @@
-"""``python -m ecosim``: the same command as ``ecosim`` (see :mod:`ecosim.cli`)."""
-from .cli import main
+"""``python -m ecosim``: the same command as ``ecosim`` (see :mod:`ecosim.tooling.cli`)."""
+from .tooling.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -82,7 +82,7 @@ def lm_figures(tmp_path, capsys):
     results file ``runs.jsonl``, builds the figures from it through the CLI (``ecosim figures
     --set lm.results_file=...``, one cache per test), asserts success and returns the output
     folder. No torch needed: the figures only read the file."""
-    from ecosim import cli
+    from ecosim.tooling import cli
 
     results, out = tmp_path / "runs.jsonl", tmp_path / "out"
 

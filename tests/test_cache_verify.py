@@ -11,7 +11,7 @@ import time
 import pytest
 
 import ecosim.experiments as E
-from ecosim.cli import main
+from ecosim.tooling.cli import main
 
 
 @pytest.fixture()

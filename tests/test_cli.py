@@ -1,4 +1,4 @@
-"""The ``ecosim`` command, in-process through ``ecosim.cli.main`` and once as a subprocess."""
+"""The ``ecosim`` command, in-process through ``ecosim.tooling.cli.main`` and once as a subprocess."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ import pytest
 import ecosim
 import ecosim.experiments as E
 import ecosim.figures as F
-from ecosim.cli import main
+from ecosim.tooling.cli import main
 
 
 def _bytes(path: Path) -> dict[str, bytes]:

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 import ecosim.experiments as E
-from ecosim.cli import main
+from ecosim.tooling.cli import main
 from ecosim.experiments.base import Check, at_least, interval, one_of
 
 

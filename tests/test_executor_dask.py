@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from ecosim import experiments as E
-from ecosim.cli import main
+from ecosim.tooling.cli import main
 from ecosim.experiments.runner import (DaskExecutor, InlineExecutor, executor_workers,
                                        make_executor, parse_executor)
 

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from ecosim import cli, recipes
+from ecosim import recipes
+from ecosim.tooling import cli
 from ecosim import experiments as E
 from ecosim.experiments.lm import (METHODS, method_parts, read_records, records_to_results,
                                    run_setting, unique_runs)

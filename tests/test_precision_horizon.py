@@ -1,4 +1,4 @@
-"""Precision against horizon: the theory's error terms (ecosim.horizon), the mantissa search,
+"""Precision against horizon: the theory's error terms (ecosim.theory.horizon), the mantissa search,
 the verdicts (ecosim.claims.horizon) and the experiment on a tiny config."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from ecosim import horizon as H
+from ecosim.theory import horizon as H
 from ecosim import theory
 from ecosim.claims import horizon as HC
 from ecosim.experiments.precision_horizon import (PrecisionHorizonConfig, buffers_for,

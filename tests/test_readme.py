@@ -4,7 +4,7 @@ import doctest
 from pathlib import Path
 
 from ecosim import memory
-from ecosim.readme import refresh
+from ecosim.tooling.readme import refresh
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

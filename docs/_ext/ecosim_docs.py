@@ -8,7 +8,7 @@
   ``results_notes/NAME.md`` where there are some, the experiments behind it and the section of
   ``theory.md`` it supports.
 * ``_generated/``: the README's generated tables that no figure writes (formats, memory, LM
-  presets), from the functions ``ecosim.readme`` names.
+  presets), from the functions ``ecosim.tooling.readme`` names.
 * ``notebooks/``: copies of ``../notebooks/*.ipynb`` (Sphinx reads sources below docs/ only).
 
 Files are rewritten only when their text changes, so an unchanged page is not rebuilt.
@@ -260,7 +260,7 @@ def write_results(docs: Path = DOCS) -> list[str]:
 
 
 def write_generated(docs: Path = DOCS) -> None:
-    from ecosim.readme import blocks
+    from ecosim.tooling.readme import blocks
 
     texts = blocks(ROOT / "figures")
     for fname, source in GENERATED.items():

@@ -4,7 +4,7 @@ the comment block "the theorems' own test", with their rules there).
 
 The claims come from two places and are tested, not assumed:
 
-* the paper (Tang, Li, Zou, arXiv 2510.21314; :mod:`ecosim.horizon`): the mantissa a buffer
+* the paper (Tang, Li, Zou, arXiv 2510.21314; :mod:`ecosim.theory.horizon`): the mantissa a buffer
   needs grows with ``log2 T`` at slope 2 (Adam's weights and v), 1 (Adam's g and m) and 1/2
   (Muon), and Adam's weights and v need more bits as ``b2 -> 1``;
 * a blog post summarising it, not the paper: the widths Adam W5/G7/m10/v10, Muon W3/G5/m5 are
@@ -38,7 +38,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..horizon import ERROR_ORDERS
+from ..theory.horizon import ERROR_ORDERS
 
 __all__ = ["NAMED_WIDTHS", "PROBE_CLAIM", "width_verdicts", "divergence_verdict",
            "slope_verdicts", "b2_verdicts", "verdicts", "markdown_table", "series_slopes"]
@@ -292,7 +292,7 @@ def sufficiency_verdict(results: Mapping, optimizer: str, buffer: str, a: float 
                         threshold: float = SUFFICIENT_RATIO) -> dict:
     """Does the width ``ceil(a log2 T) + c`` keep the ratio bounded as T grows?
 
-    ``a`` defaults to the theorem's order (:data:`ecosim.horizon.ERROR_ORDERS`); ``c`` is
+    ``a`` defaults to the theorem's order (:data:`ecosim.theory.horizon.ERROR_ORDERS`); ``c`` is
     calibrated at the shortest horizon (module comment above). Verdict ``"holds"`` when the
     geometric-mean ratio is at most ``threshold`` at every horizon, ``"does not hold"`` when
     it is above at some horizon, ``"not testable"`` when the width leaves the scanned range

@@ -1,6 +1,6 @@
 """Precision against horizon, as the theorems state it (figure ``horizon_theorem``).
 
-Tang, Li and Zou (arXiv 2510.21314; :mod:`ecosim.horizon`) bound the average squared gradient
+Tang, Li and Zou (arXiv 2510.21314; :mod:`ecosim.theory.horizon`) bound the average squared gradient
 norm of quantized Adam and Muon after ``T`` steps, with each buffer ``X`` stored with relative
 error ``q_X = 2^-M_X``: the full-precision rate is kept when ``q_X = O(T^-a_X)`` (Adam:
 ``a = 2`` for the weights and ``v``, ``1`` for ``g`` and ``m``; Muon: ``1/2``), for the

@@ -1,7 +1,7 @@
 """Precision against horizon: the smallest mantissa per buffer as the step count grows (figure
 ``precision_horizon``).
 
-Tang, Li and Zou (arXiv 2510.21314; :mod:`ecosim.horizon`) predict that the mantissa a
+Tang, Li and Zou (arXiv 2510.21314; :mod:`ecosim.theory.horizon`) predict that the mantissa a
 quantized buffer needs grows like ``a log2 T`` with the horizon ``T``: ``a = 2`` for Adam's
 weights and second moment ``v`` (worse as ``b2 -> 1``), ``1`` for Adam's gradient and first
 moment, ``1/2`` for Muon's buffers. This experiment measures it: for each horizon ``T``,

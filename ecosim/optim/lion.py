@@ -17,8 +17,9 @@ later update that moves by ``gain * k`` when the momentum moves by ``k``. Lion's
 ``lr * sign(c)`` has the same size whatever the momentum is, so an offset injected into ``m``
 changes no update but where it flips a sign, and then by a whole ``2 lr``, not by the error: the
 derivation of docs/theory.md §4.3 does not hold, and the injecting schemes are not offered
-(the optimizer catalog says ``injects=False``). What gives the error back is the exact
-error feedback ``eco_exact``, at the cost of a full-precision ``e_prev`` (docs/theory.md §4.9).
+(the optimizer catalog says ``injects=False``). Kahan's compensation, in the weight format,
+gives the error back at one code per parameter; the exact error feedback ``eco_exact`` does
+too, with a full-precision ``e_prev`` (docs/theory.md §4.9).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Closed forms of ecosim's theory (docs/theory.md §4, §5.2), with the input checks they share
-with :mod:`ecosim.lyapunov` and the bounds of :mod:`ecosim.theory`: the ECO momentum-injection
+with :mod:`ecosim.theory.lyapunov` and the bounds of :mod:`ecosim.theory`: the ECO momentum-injection
 coefficients (:func:`eco_alpha`, :func:`adam_eco_coefficient`), the stability limit of SGD with
 momentum and the stationary second moment of the stored iterate on the scalar quadratic
 ``f = L x^2 / 2`` (:func:`stability_limit`, :func:`quadratic_stationary`).

@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ecosim",
         description="ecosim: quantized training without master weights (ECO), simulated. "
                     "Regenerate the figures, list what exists, run one experiment.")
-    from . import __version__
+    from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"ecosim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _executor_spec(args):
     """The executor spec that ``--executor`` / ``--jobs`` give, checked (before any work)."""
-    from .experiments.runner import parse_executor
+    from ..experiments.runner import parse_executor
 
     if args.executor is not None and args.jobs is not None:
         raise _UsageError("give --executor or --jobs, not both (--jobs N is --executor "
@@ -167,7 +167,7 @@ def _executor_spec(args):
 
 def _executor(spec):
     """The executor of a checked spec, and a label for messages."""
-    from .experiments.runner import DaskExecutor, make_executor, parse_executor
+    from ..experiments.runner import DaskExecutor, make_executor, parse_executor
 
     try:
         executor = make_executor(spec)
@@ -193,14 +193,14 @@ def _cmd_figures(args) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from . import experiments as E
-    from . import figures as F
+    from .. import experiments as E
+    from .. import figures as F
 
     registered = F.figures()
     if args.only:
         unknown = [n for n in args.only if n not in registered]
         if unknown:
-            from .registry import did_you_mean
+            from ..registry import did_you_mean
 
             hint = did_you_mean(unknown[0], registered)
             raise _UsageError(f"unknown figure(s) {', '.join(map(repr, unknown))}{hint}; "
@@ -227,7 +227,7 @@ def _cmd_figures(args) -> int:
                               "figures/, holds the committed ones)")
         args.out = "figures"
     _check_dir(args.out, "--out")
-    from .experiments import seed as _seed
+    from ..experiments import seed as _seed
 
     use_seed = not args.no_seed and not args.smoke and _seed.SEED_DIR.is_dir()
     cache = _open_cache(args, {e for n in names for e in registered[n].experiments},
@@ -291,7 +291,7 @@ def _print_time_table(runs: dict) -> None:
 
 def _figure_configs(args, needed: set[str]) -> dict:
     """``--set EXP.KEY=VALUE`` overrides as configs of the experiments they name."""
-    from . import experiments as E
+    from .. import experiments as E
 
     grouped: dict[str, list[str]] = {}
     for item in args.overrides:
@@ -323,8 +323,8 @@ def _check_dir(path, what: str) -> None:
 def _open_cache(args, experiments: set[str], seed=None):
     """The cache the command writes, its folder (and those of ``experiments`` in it) checked
     before any work."""
-    from . import experiments as E
-    from .experiments.store import CACHE_ENV
+    from .. import experiments as E
+    from ..experiments.store import CACHE_ENV
 
     what = "--cache" if args.cache is not None else (
         f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the cache")
@@ -339,7 +339,7 @@ def _open_cache(args, experiments: set[str], seed=None):
 
 
 def _cmd_cache(args) -> int:
-    from . import experiments as E
+    from .. import experiments as E
 
     what = "--cache" if args.cache is not None else "the cache"
     try:
@@ -362,8 +362,8 @@ def _cmd_cache(args) -> int:
 
 
 def _cmd_list(args) -> int:
-    from . import experiments as E
-    from . import figures as F
+    from .. import experiments as E
+    from .. import figures as F
 
     def fields(exp) -> None:
         smoke = dict(exp.config.SMOKE)
@@ -401,7 +401,7 @@ def _cmd_run(args) -> int:
     spec = _executor_spec(args)
     import numpy as np
 
-    from . import experiments as E
+    from .. import experiments as E
 
     names = [o for o in args.overrides if "=" not in o]
     if args.experiment is None:  # `--set` took everything after it: the name is among them

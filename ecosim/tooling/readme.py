@@ -25,7 +25,7 @@ _BLOCK = re.compile(r"(<!-- generated: (?P<name>[^>]+?) -->\n)(?P<body>.*?)(<!--
 
 def gallery() -> str:
     """Markdown gallery of every registered figure: the committed PNG and its caption."""
-    from .figures import figures
+    from ..figures import figures
 
     parts = []
     for i, (name, spec) in enumerate(figures().items(), 1):
@@ -56,16 +56,16 @@ def peak_memory_table(results: str | Path) -> str:
 
 
 def _sources(figures_dir: Path) -> dict:
-    from . import memory
-    from .catalog import markdown_table
+    from .. import memory
+    from ..catalog import markdown_table
 
     src = {
         "ecosim.catalog.markdown_table()": markdown_table,
         "ecosim.memory.markdown_table()": memory.markdown_table,
-        "ecosim.readme.gallery()": gallery,
+        "ecosim.tooling.readme.gallery()": gallery,
     }
     try:  # the torch backend's presets table (left as it is where torch is not installed)
-        from .torch.model import markdown_table as presets_table
+        from ..torch.model import markdown_table as presets_table
     except ImportError:
         presets_table = None
     src["ecosim.torch.model.markdown_table()"] = presets_table

@@ -4,7 +4,7 @@ On ``f = L x^2 / 2`` (one eigen-direction of a diagonal spectrum) under the addi
 quantization noise, each scheme's step is ``z_{t+1} = A z_t + B w_t`` driven by white noise
 (:func:`linear_system`); its stationary covariance solves a discrete Lyapunov equation
 (:func:`lyapunov_covariance`, :func:`lyapunov_stationary`). It reproduces the closed forms of
-:mod:`ecosim.closed_forms` and goes beyond them (gradient noise, heavy-ball momentum, frozen-v
+:mod:`ecosim.theory.closed_forms` and goes beyond them (gradient noise, heavy-ball momentum, frozen-v
 Adam preconditioning). :mod:`ecosim.theory` exports every public name of this module.
 """
 

@@ -21,9 +21,9 @@ Everything is computed in float64. Scalar inputs give Python floats; array input
 and give float64 arrays.
 
 Where each part lives: the coefficients and the quadratic's closed forms in
-:mod:`ecosim.closed_forms`, the linear-systems solver in :mod:`ecosim.lyapunov`, the
+:mod:`ecosim.theory.closed_forms`, the linear-systems solver in :mod:`ecosim.theory.lyapunov`, the
 precision-against-horizon error terms of quantized Adam and Muon (Tang, Li, Zou, arXiv
-2510.21314) in :mod:`ecosim.horizon`, the floors here; this module exports all of them.
+2510.21314) in :mod:`ecosim.theory.horizon`, the floors here; this module exports all of them.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ __all__ = [
     "rtn_floor",
     "rtn_floor_limit",
     "rtn_stall_threshold",
-    # precision against horizon (Tang, Li, Zou; ecosim.horizon)
+    # precision against horizon (Tang, Li, Zou; ecosim.theory.horizon)
     "ERROR_ORDERS",
     "relative_error",
     "error_terms",

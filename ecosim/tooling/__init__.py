@@ -1,0 +1,2 @@
+"""The tooling around the library: the ``ecosim`` command (:mod:`ecosim.tooling.cli`) and the
+README's generated blocks (:mod:`ecosim.tooling.readme`)."""
