@@ -96,3 +96,23 @@ def test_torch_list_of_arrays_refused():
         et.Quantizer("e4m3")(W)
     with pytest.raises(TypeError, match="^expected one floating-point tensor, got a tuple"):
         et.quantize(tuple(W), "e4m3")
+
+
+@pytest.mark.parametrize("make, err", [
+    (lambda p, q: et.ECOAdamW(p, 0.1, weight_decay=float("nan"), weights=q),
+     "weight_decay must be finite"),
+    (lambda p, q: et.ECOSGD(p, 0.1, weight_decay=float("nan"), weights=q),
+     "weight_decay must be finite"),
+    (lambda p, q: et.ECOSGD(p, 0.1, momentum="0.9", weights=q), "momentum must be a real number"),
+    (lambda p, q: et.ECOAdamW(p, 0.1, eps=float("inf"), weights=q), "eps must be finite"),
+    (lambda p, q: et.ECOAdamW(p, 0.1, betas=(0.9,), weights=q), r"betas must be a pair"),
+    (lambda p, q: et.ECOAdamW(p, 0.1, betas=(0.0, 0.9), weights=q),
+     r"needs betas\[0\] in \(0, 1\)"),
+])
+def test_torch_optimizers_check_hyperparameters_as_numpy_does(make, err):
+    """The NumPy optimizers' checks: NaN and inf are refused, not stored in the groups."""
+    p = [torch.nn.Parameter(torch.zeros(3, 3))]
+    with pytest.raises((ValueError, TypeError), match=err):
+        make(p, et.Quantizer("e4m3"))
+    opt = et.ECOAdamW(p, 0.1, betas=(torch.tensor(0.5), 0.99), weights=et.Quantizer("e4m3"))
+    assert opt.param_groups[0]["betas"] == (0.5, 0.99)

@@ -116,10 +116,10 @@ import warnings
 
 import torch
 
-from ..checks import check_bool
+from ..checks import check_bool, check_positive
 from ..optim.adamw import schedule_guard_lr
 from ..optim.schemes import get as get_scheme
-from ..optim.schemes import is_eco
+from ..optim.policies import check_beta
 from .optim_base import ECOBase
 from .numerics import div, sqrt_rounded
 
@@ -189,12 +189,9 @@ class ECOSGD(ECOBase):
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, *, scheme="eco",
                  weights=None, key=0, nesterov=False, heavy_ball=True, states=None,
                  diagnostics=False):
-        lo_ok = not is_eco(scheme)
-        if not (0.0 <= momentum < 1.0) or (not lo_ok and momentum == 0.0):
-            raise ValueError(f"momentum must be in {'[0, 1)' if lo_ok else '(0, 1)'} for "
-                             f"scheme {scheme!r}, got {momentum!r}")
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
+        # the NumPy optimizers' checks (ecosim.optim.policies, ecosim.checks)
+        momentum = check_beta(momentum, "momentum", scheme)
+        weight_decay = check_positive(weight_decay, "weight_decay", allow_zero=True)
         self.nesterov = check_bool(nesterov, "nesterov")
         self.heavy_ball = check_bool(heavy_ball, "heavy_ball")
         super().__init__(params, dict(lr=lr, momentum=float(momentum),
@@ -341,17 +338,15 @@ class ECOAdamW(ECOBase):
     def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
                  scheme="eco", weights=None, key=0, states=None, wd_corrected_injection=False,
                  compile=False, diagnostics=False, schedule_guard=False, lr_schedule=None):
-        b1, b2 = (float(b) for b in betas)
-        eco = is_eco(scheme)
-        if not (0.0 <= b1 < 1.0) or (eco and b1 == 0.0):
-            raise ValueError(f"betas[0] must be in {'(0, 1)' if eco else '[0, 1)'} for scheme "
-                             f"{scheme!r}, got {b1!r}")
-        if not (0.0 <= b2 < 1.0):
-            raise ValueError(f"betas[1] must be in [0, 1), got {b2!r}")
-        if not eps > 0:
-            raise ValueError(f"eps must be > 0, got {eps!r}")
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"betas must be a pair (b1, b2), got {betas!r}")
+        # the NumPy optimizers' checks (ecosim.optim.policies, ecosim.checks)
+        b1, b2 = (float(b) if isinstance(b, torch.Tensor) and b.numel() == 1 else b
+                  for b in betas)  # torch.optim takes one-element tensors too
+        b1 = check_beta(b1, "betas[0]", scheme)
+        b2 = check_beta(b2, "betas[1]", "fp")
+        eps = check_positive(eps, "eps")
+        weight_decay = check_positive(weight_decay, "weight_decay", allow_zero=True)
         self.wd_corrected_injection = check_bool(wd_corrected_injection,
                                                  "wd_corrected_injection")
         self.schedule_guard = check_bool(schedule_guard, "schedule_guard")
