@@ -107,7 +107,7 @@ def test_quantized_forward_bad_input():
     mlp = MLP((2, 3, 1), n_train=8, n_val=4, key=0)
     with pytest.raises(TypeError, match="ecosim.problems.MLP"):
         QuantizedForward("mlp")
-    with pytest.raises(ValueError, match="round to nearest"):
+    with pytest.raises(ValueError, match="must round deterministically"):
         QuantizedForward(mlp, Quantizer("ternary", "sr", scale="absmean"))
     with pytest.raises(ValueError, match="act_bits"):
         bitnet_quantizers(3)

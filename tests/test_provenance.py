@@ -79,7 +79,7 @@ def test_prose_edits_keep_the_fingerprint_code_edits_do_not(tmp_path):
     prose = [text.replace('"""', '"""Reworded. ', 1),            # the module docstring
              text + "\n# a comment\n\n\n",                     # comments and blank lines
              text.replace("def _plan(", "def _plan(  ", 1),       # layout
-             text.replace(") -> _Plan:\n", ") -> _Plan:\n    \"\"\"A docstring.\"\"\"\n", 1)]
+             text.replace(") -> Plan:\n", ") -> Plan:\n    \"\"\"A docstring.\"\"\"\n", 1)]
     for edited in prose:
         assert edited != text
         assert key_with(edited) == base
