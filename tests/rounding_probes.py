@@ -34,3 +34,13 @@ def tiny_blocks(dtype, *extra_rows):
 F32_SPECIALS = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF,
                          0x7F800000, 0xFF800000, 0, 0x80000000, 1, 0x80000001, 0x00400000,
                          0x007FFFFF, 0x7F7FFFFF, 0xFF7FFFFF], np.uint32).view(np.float32)
+F64_SPECIALS = np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000001,
+                         0xFFF0000000000001, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000,
+                         0xFFF0000000000000, 0, 0x8000000000000000, 1, 0x8000000000000001,
+                         0x000FFFFFFFFFFFFF, 0x7FEFFFFFFFFFFFFF], np.uint64).view(np.float64)
+
+
+def bits_of(a):
+    """The bit patterns of a float array, as unsigned integers of its width."""
+    a = np.asarray(a)
+    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])

@@ -11,15 +11,10 @@ from ecosim import formats
 from ecosim._reference import round_reference
 from ecosim.rounding import quantize
 import oracles  # which oracle release has which defect (tests/oracles.py)
-from rounding_probes import F32_SPECIALS, probe_points  # shared with test_torch_core.py
+from rounding_probes import F32_SPECIALS, bits_of, probe_points  # shared with test_torch_core.py
 
 ML_FLOATS = [n for n in formats.names() if formats.get(n).is_float]
 SMALL_FORMATS = [n for n in formats.names() if formats.get(n).bits <= 16]
-
-
-def bits_of(a):
-    a = np.asarray(a)
-    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
 def ml_cast(x, fmt):

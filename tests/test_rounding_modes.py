@@ -12,17 +12,9 @@ import ecosim
 from ecosim import formats
 from ecosim._reference import round_reference
 from ecosim.rounding_modes import MODES, RULES, Rounding
-from rounding_probes import F32_SPECIALS, probe_points
+from rounding_probes import F32_SPECIALS, F64_SPECIALS, bits_of, probe_points
 
 SMALL = [n for n in formats.names() if formats.get(n).bits <= 16]
-F64_SPECIALS = np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000000,
-                         0xFFF0000000000000, 0, 0x8000000000000000, 1, 0x800FFFFFFFFFFFFF],
-                        np.uint64).view(np.float64)
-
-
-def _bits(a):
-    a = np.asarray(a)
-    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
 # -- the record --------------------------------------------------------------------------------
@@ -62,11 +54,11 @@ def test_a_rounding_is_the_same_as_its_fields_everywhere():
     x = np.random.default_rng(0).standard_normal((6, 40)).astype(np.float32) * 3
     r = Rounding("sr", nbits=5, sr_rule="nearest")
     want = ecosim.quantize(x, "e4m3", "sr", nbits=5, sr_rule="nearest", key=4)
-    assert_array_equal(_bits(ecosim.quantize(x, "e4m3", r, key=4)), _bits(want))
+    assert_array_equal(bits_of(ecosim.quantize(x, "e4m3", r, key=4)), bits_of(want))
     q = ecosim.Quantizer("e4m3", r, granularity="row")
     assert (q.mode, q.nbits, q.sr_rule, q.rounding) == ("sr", 5, "nearest", r)
     assert q == ecosim.Quantizer("e4m3", "sr", granularity="row", nbits=5, sr_rule="nearest")
-    assert_array_equal(_bits(q(x, key=4)), _bits(ecosim.Quantizer(
+    assert_array_equal(bits_of(q(x, key=4)), bits_of(ecosim.Quantizer(
         "e4m3", "sr", granularity="row", nbits=5, sr_rule="nearest")(x, key=4)))
     with pytest.raises(ValueError, match="nbits must be an int in 1..32"):
         ecosim.Quantizer("e4m3", "sr", nbits=40)  # checked when the quantizer is built
@@ -141,7 +133,7 @@ def test_torch_rtz_equals_numpy_bit_for_bit(name, dtype):
                         F32_SPECIALS if dtype == np.float32 else F64_SPECIALS])
     for sat in (True, False) if fmt.is_float else (True,):
         got = et.quantize(torch.from_numpy(x.copy()), fmt, "rtz", saturate=sat).numpy()
-        assert_array_equal(_bits(got), _bits(ecosim.quantize(x, fmt, "rtz", saturate=sat)))
+        assert_array_equal(bits_of(got), bits_of(ecosim.quantize(x, fmt, "rtz", saturate=sat)))
 
 
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "fp4", "int4", "int8", "bf16"])
@@ -156,7 +148,7 @@ def test_rtz_quantizers_agree_and_codes_are_the_values(fmt, gran):
     enc = q.encode(x)
     assert_array_equal(q.decode(enc), values)
     got = et.Quantizer(fmt, "rtz", granularity=gran)(torch.from_numpy(x))
-    assert_array_equal(_bits(got.numpy()), _bits(values))
+    assert_array_equal(bits_of(got.numpy()), bits_of(values))
     # truncation: no value grows past its input on the block's scale
     assert (np.abs(values) <= np.abs(x) * (1 + 1e-6)).all()
     assert not np.array_equal(values, ecosim.Quantizer(fmt, "rtn", granularity=gran)(x))

@@ -16,16 +16,12 @@ import ecosim  # noqa: E402
 import ecosim.torch as et  # noqa: E402
 from ecosim import formats  # noqa: E402
 from ecosim.checks import NonFiniteError  # noqa: E402
-from rounding_probes import F32_SPECIALS, probe_points  # noqa: E402
+from rounding_probes import F32_SPECIALS, F64_SPECIALS, probe_points  # noqa: E402
 import oracles  # noqa: E402  (which oracle release has which defect)
 
 pytestmark = pytest.mark.torch
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-F64_SPECIALS = np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000001,
-                         0xFFF0000000000001, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000,
-                         0xFFF0000000000000, 0, 0x8000000000000000, 1, 0x8000000000000001,
-                         0x000FFFFFFFFFFFFF, 0x7FEFFFFFFFFFFFFF], np.uint64).view(np.float64)
 # Half-precision NaN payloads, infinities, signed zeros, subnormals, max.
 F16_SPECIALS = np.array([0x7E00, 0xFE00, 0x7C01, 0xFC01, 0x7FFF, 0x7D00, 0x7C00, 0xFC00, 0,
                          0x8000, 1, 0x8001, 0x3C00, 0x7BFF], np.uint16).view(np.float16)
