@@ -9,7 +9,7 @@ import pytest
 from ecosim import Quantizer, memory
 from ecosim.checks import check_positive, check_real
 from ecosim.optim import ADAMW_SCHEMES, SCHEMES, adamw, muon, schemes, sgdm
-from ecosim.optim.schemes import REGISTRY, Scheme, get, names_for, torch_names_for
+from ecosim.optim.schemes import Scheme, get, injection, names_for, torch_names_for
 
 Q = Quantizer("e4m3", "sr", granularity="row")
 
@@ -81,76 +81,47 @@ def test_coefficient_is_eco_times_decay_when_corrected():
     assert corrected.coefficient(100.0, 0.9, 0.99) == (100.0 * (1.0 - 1.0 / 0.9)) * 0.99
 
 
-class _Recorder:
-    """A WriteTarget that stores on a grid of step 1 (round half to even) and logs its calls."""
-
-    def __init__(self):
-        self.calls = []
-
-    def full(self, tt):
-        self.calls.append(("full", tt.copy()))
-        return tt
-
-    def master(self, tt):
-        self.calls.append(("master", tt.copy()))
-        return tt + 0.125  # a master grid of its own: the weights are rounded from this
-
-    def weights(self, tt):
-        self.calls.append(("weights", tt.copy()))
-        return np.round(tt)
-
-    def compensation(self, e):
-        self.calls.append(("compensation", e.copy()))
-
-    def inject(self, k):
-        self.calls.append(("inject", k.copy()))
-
-    def exact(self, e):
-        self.calls.append(("exact", e.copy()))
-
-    def error(self, e):
-        self.calls.append(("error", e.copy()))
-
-
 _TT = np.array([0.25, 1.75, -2.375])
 _E = _TT - np.round(_TT)  # [0.25, -0.25, -0.375], exact in binary
 
 
-@pytest.mark.parametrize("scheme, linear, coef, expected", [
-    ("fp", True, 2.0, [("full", _TT)]),
-    ("master", True, 2.0, [("master", _TT), ("weights", _TT + 0.125)]),
-    ("naive", True, 2.0, [("weights", _TT)]),
-    ("eco", True, 2.0, [("weights", _TT), ("inject", 2.0 * _E)]),
-    ("eco", True, None, [("weights", _TT)]),
-    ("eco_wd", False, -3.0, [("weights", _TT), ("inject", -3.0 * _E)]),
-    ("kahan", True, 2.0, [("weights", _TT), ("compensation", _E)]),
-    ("eco_exact", True, 2.0, [("weights", _TT), ("exact", _E), ("error", _E)]),
-    ("eco_exact", False, 2.0, [("weights", _TT), ("error", _E)]),
-    ("eco_momentum_exact", False, 2.0, [("weights", _TT), ("exact", _E), ("error", _E)]),
+@pytest.mark.parametrize("scheme, error, buffer, moves_linear, moves_nonlinear", [
+    ("fp", False, None, False, False),
+    ("master", False, None, False, False),
+    ("naive", False, None, False, False),
+    ("eco", True, None, True, True),
+    ("eco_wd", True, None, True, True),
+    ("kahan", True, "c", False, False),
+    ("eco_exact", True, "e_prev", True, False),
+    ("eco_momentum_exact", True, "e_prev", True, True),
 ])
-def test_the_write_sequence_of_every_scheme(scheme, linear, coef, expected):
-    """Scheme.write, the one write both backends run: which results a backend stores, in which
-    order, with which values (the error e = tt - q(tt), the injection coef * e; no injection
-    when the gain has no coefficient), and the new weights it returns."""
-    to, asked = _Recorder(), []
+def test_the_write_of_every_scheme(scheme, error, buffer, moves_linear, moves_nonlinear):
+    """Scheme.write, the one write both backends run: the stored weights (tt as is for fp,
+    else the rounding), the error e = tt - q(tt) where the scheme keeps or moves it, where it
+    keeps it, and whether the momentum takes it (for a linear and a nonlinear optimizer)."""
+    calls = []
 
-    def gain(sch):
-        asked.append(sch)
-        return coef, None
+    def rounded(x):
+        calls.append(x.copy())
+        return np.round(x)
 
-    new_w = get(scheme).write(_TT.copy(), to, gain, linear=linear)
-    assert [c[0] for c in to.calls] == [c[0] for c in expected]
-    for (_, got), (_, want) in zip(to.calls, expected):
-        np.testing.assert_array_equal(got, want)
-    stored = _TT if scheme == "fp" else np.round(dict(to.calls)["weights"])
-    np.testing.assert_array_equal(new_w, stored)
-    assert asked == ([get(scheme)] if get(scheme).after == "inject" else [])
+    sch = get(scheme)
+    new_w, e = sch.write(_TT.copy(), rounded)
+    np.testing.assert_array_equal(new_w, _TT if scheme == "fp" else np.round(_TT))
+    assert len(calls) == (0 if scheme == "fp" else 1)
+    if error:
+        np.testing.assert_array_equal(e, _E)
+    else:
+        assert e is None
+    assert sch.error_buffer == buffer
+    assert (sch.moves_error(True), sch.moves_error(False)) == (moves_linear, moves_nonlinear)
 
 
-def test_the_write_scales_the_injection_element_wise():
-    to = _Recorder()
-    get("eco").write(_TT.copy(), to, lambda sch: (2.0, np.array([1.0, 4.0, 0.5])), linear=False)
-    np.testing.assert_array_equal(to.calls[-1][1], np.array([1.0, 4.0, 0.5]) * 2.0 * _E)
+def test_the_injection_scales_element_wise_in_a_fixed_order():
+    e = _E.copy()
+    k = injection(e, 2.0, np.array([1.0, 4.0, 0.5]))
+    np.testing.assert_array_equal(k, np.array([1.0, 4.0, 0.5]) * 2.0 * _E)
+    np.testing.assert_array_equal(injection(_E.copy(), -3.0), -3.0 * _E)
 
 
 @pytest.mark.parametrize("scheme", ADAMW_SCHEMES)

@@ -75,7 +75,7 @@ from ..checks import check_bool, check_positive
 from ..quantizer import Quantizer
 from .base import QuantizedOptimizer
 from .policies import check_beta
-from .schemes import Scheme
+from .schemes import Scheme, injection
 
 __all__ = ["AdamW", "AdamWState", "adamw", "guard_horizon", "schedule_guard_lr"]
 
@@ -154,8 +154,8 @@ class AdamW(QuantizedOptimizer):
                 **self.init_scheme_buffers(name, p, w, q, ctx)}
 
     def step_param(self, name, w, g, b, ctx):
-        """AdamW's direction ``(lr / bc1) m / d`` and ECO gain ``(bc1 / lr)(1 - 1/b1) d``; the
-        scheme does the rest."""
+        """AdamW's direction ``(lr / bc1) m / d``, the scheme's write, and the error moved
+        into the momentum: ECO's injection at the rate ``(bc1 / lr) d``, or the exact offset."""
         q, sch = self._of_param(name)  # the weight quantizer and the scheme
         b1, b2, lr = self.b1, self.b2, ctx.lr
         n = ctx.t + 1
@@ -181,22 +181,21 @@ class AdamW(QuantizedOptimizer):
         if self.weight_decay:
             base = base * decay
         np.subtract(base, tt, out=tt)  # theta_tilde = base (1 - lr wd) - (lr/bc1) m / d
-
-        def gain(sch):
-            lr_inj = self._injection_lr(ctx) if self.schedule_guard else lr
-            if lr_inj == 0.0:  # no later step writes: nothing would give it back
-                return None, None
-            return sch.coefficient(bc1 / lr_inj, b1, decay), d
-
-        def exact(m, e_prev, e, ctx, name):  # the offset (c / s) (e_prev - e / b1)
+        new_w, e = self.write_weights(sch, name, w, tt, q, ctx, out)
+        if e is None:
+            return new_w, out
+        if sch.exact:  # eco_momentum_exact: the offset (c / s) (e_prev - e / b1)
             k = np.multiply(e, -1.0 / b1)
             if not ctx.pending:
-                k += e_prev
-            d_ = d * ((bc1 / lr) * decay)
-            k *= d_
-            return self._inject(m, k, ctx, name)
-
-        return self.finish_write(sch, name, w, tt, q, ctx, out, m, b, gain, exact)
+                k += b["e_prev"]
+            k *= d * ((bc1 / lr) * decay)
+            out["m"] = self._inject(m, k, ctx, name)
+            return new_w, out
+        lr_inj = lr if ctx.lr_inject is None else ctx.lr_inject
+        if lr_inj != 0.0:  # else no later step writes: nothing would give it back
+            k = injection(e, sch.coefficient(bc1 / lr_inj, b1, decay), d)
+            out["m"] = self._inject(m, k, ctx, name)
+        return new_w, out
 
     # -- eco_momentum_exact's pending error and the schedule guard ------------------------
     def _init_pending(self, lr0: float | None) -> bool:
@@ -205,11 +204,11 @@ class AdamW(QuantizedOptimizer):
     def _next_pending(self, ctx) -> bool:
         return self.scheme_record.exact == "momentum" and ctx.pending and ctx.lr == 0.0
 
-    def _injection_lr(self, ctx) -> float:
-        """The guard's ``L(t)`` (:func:`schedule_guard_lr`), computed once per step."""
-        if ctx.lr_inject is None:
-            ctx.lr_inject = schedule_guard_lr(ctx.lr, self.lr_at, ctx.t, self.b1)
-        return ctx.lr_inject
+    def _injection_lr(self, t: int, lr: float) -> float | None:
+        """The guard's ``L(t)`` (:func:`schedule_guard_lr`), once a step, for ECO's injection."""
+        if not self.schedule_guard or lr == 0.0 or self.scheme_record.after != "inject":
+            return None
+        return schedule_guard_lr(lr, self.lr_at, t, self.b1)
 
 
 def guard_horizon(b1: float) -> int:

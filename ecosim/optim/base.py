@@ -50,6 +50,7 @@ Conventions shared by every optimizer (the update rules themselves are in ``sgdm
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -118,12 +119,14 @@ def _entry(tree: Any, bare: bool) -> Any:
     return tree
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class StepContext:
     """What one step's per-parameter updates share (handed to
     :meth:`QuantizedOptimizer.step_param`): the step ``t``, its learning rate ``lr`` (and
     ``lr_next`` when the optimizer needs it), the root ``key``, whether the carried error is
-    ``pending``, and the step's diagnostics (None when off)."""
+    ``pending``, the step's diagnostics (None when off) and ``lr_inject``, the learning rate
+    ECO's injection is sized by where it is not ``lr`` (AdamW's schedule guard; None: ``lr``).
+    Built once a step, never changed; ``keys`` only caches the folded keys."""
 
     t: int
     lr: float
@@ -131,18 +134,18 @@ class StepContext:
     key: int
     pending: bool
     diag: StepDiagnostics | None
-    lr_inject: float | None = None  # AdamW's schedule guard: the lr ECO's injection is sized by
+    lr_inject: float | None = None
     keys: dict = dataclasses.field(default_factory=dict)  # name -> fold_in(key, t, name)
-    key_t: int | None = None  # fold_in(key, t), folded once a step
 
     def key_of(self, name: str, *tags: str) -> int:
         """``rng.fold_in(key, t, name, *tags)``, ``fold_in(key, t)`` and ``fold_in(key, t, name)``
         folded once a step (``fold_in`` folds item by item: the same keys)."""
         k = self.keys.get(name)
         if k is None:
-            if self.key_t is None:
-                self.key_t = rng.fold_in(self.key, self.t)
-            k = self.keys[name] = rng.fold_in(self.key_t, name)
+            key_t = self.keys.get(None)
+            if key_t is None:
+                key_t = self.keys[None] = rng.fold_in(self.key, self.t)
+            k = self.keys[name] = rng.fold_in(key_t, name)
         return rng.fold_in(k, *tags) if tags else k
 
 
@@ -155,8 +158,8 @@ class QuantizedOptimizer:
     ``weights``, ``states``, ``init_weights`` and ``prev_scale`` plus their hyperparameters,
     and implement :meth:`init_param` and :meth:`step_param`. The scheme's part of a step (its
     buffers, the base of the write, what follows it) is the :class:`~ecosim.optim.schemes.Scheme`
-    record's: a subclass computes its direction and hands :meth:`finish_write` its injection
-    gain.
+    record's: a subclass computes its direction, hands ``theta_tilde`` to :meth:`write_weights`
+    and adds the error it returns to its momentum itself (ECO's injection, or the exact offset).
 
     Attributes:
         name: its name in :mod:`ecosim.optim.catalog` (``"sgdm"``, ``"adamw"``, ``"muon"``).
@@ -273,8 +276,8 @@ class QuantizedOptimizer:
         return False
 
     # -- keys and writes --------------------------------------------------------------------
-    def _write(self, q: Quantizer, x: np.ndarray, prev: np.ndarray, ctx: StepContext,
-               name: str) -> np.ndarray:
+    def _round_weights(self, q: Quantizer, prev: np.ndarray, ctx: StepContext, name: str,
+                       x: np.ndarray) -> np.ndarray:
         """The stored weights ``q(x)`` (SR key ``fold_in(key, t, name)``; DQT: previous grid)."""
         key = ctx.key_of(name) if q.rounding.stochastic else None
         if self.prev_scale:
@@ -295,32 +298,37 @@ class QuantizedOptimizer:
             ctx.diag.add(name, w, w, None, q is not None)
         return w, out
 
-    def finish_write(self, sch: Scheme, name: str, w: np.ndarray, tt: np.ndarray,
-                     q: Quantizer | None, ctx: StepContext, out: dict, m: np.ndarray,
-                     prev: dict, gain: Callable[[], tuple], exact: Callable | None = None
-                     ) -> tuple[np.ndarray, dict]:
-        """The scheme's write of ``theta_tilde = tt`` and what follows it
-        (:meth:`Scheme.write`); returns ``(new weights, out)`` with ``out`` (the new buffers)
-        updated.
+    def write_weights(self, sch: Scheme, name: str, w: np.ndarray, tt: np.ndarray,
+                      q: Quantizer | None, ctx: StepContext, out: dict
+                      ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The scheme's write of ``theta_tilde = tt`` (:meth:`Scheme.write`) and the buffers it
+        keeps: the master copy first (in its format), then the weights, then Kahan's
+        compensation ``q_c(e)`` or the exact schemes' ``e_prev = e``, put into ``out``.
+
+        Returns:
+            ``(new stored weights, e)``, ``e`` the rounding error when the momentum is to take
+            it (:meth:`Scheme.moves_error`; None otherwise): the optimizer adds it, with its
+            own coefficient (ECO's injection) or its exact offset.
 
         Args:
             sch: the parameter's scheme.
             name, w, q, ctx: the parameter, its stored weights, its quantizer, the step.
             tt: ``theta_tilde`` (overwritten).
-            out: the new buffers so far (``"m"`` the momentum after its update).
-            m: the momentum after its update.
-            prev: the buffers at the start of the step (``"e_prev"``).
-            gain: ``sch -> (coef, scale)``, the optimizer's ECO injection gain, called only
-                by injecting schemes: ``m += scale * coef * e`` (``scale`` an array or None),
-                ``coef`` from :meth:`Scheme.coefficient` at the optimizer's rate; ``coef``
-                None: nothing is injected.
-            exact: ``(m, e_prev, e, ctx, name) -> new m``, the optimizer's exact injection
-                (exact schemes carried through the momentum).
+            out: the new buffers of the step so far.
         """
-        if not sch.quantized and ctx.diag is None:  # fp: Scheme.write stores tt as is
-            return tt, out
-        to = _Write(self, name, w, q, ctx, out, m, prev, exact)
-        return sch.write(tt, to, gain, linear=self.linear), out
+        if sch.after == "master":
+            tt = out["master"] = self._qstate("master", tt, ctx, name)
+        seen = tt.copy() if ctx.diag is not None else tt  # what the diagnostics compare
+        new_w, e = sch.write(tt, functools.partial(self._round_weights, q, w, ctx, name))
+        if ctx.diag is not None:
+            ctx.diag.add(name, w, new_w, seen, sch.quantized)
+        if e is None:
+            return new_w, None
+        if sch.error_buffer == "c":
+            out["c"] = self._qcomp(q, e, ctx.key_of(name), "c")
+        elif sch.error_buffer == "e_prev":
+            out["e_prev"] = e
+        return new_w, (e if sch.moves_error(self.linear) else None)
 
     def init_scheme_buffers(self, name: str, p: np.ndarray, w: np.ndarray,
                             q: Quantizer | None, ctx: StepContext) -> dict:
@@ -458,7 +466,8 @@ class QuantizedOptimizer:
         pending = bool(getattr(state, "pending", False))
         quantized = self.scheme != "fp"
         ctx = StepContext(t, lr, lr_next, state.key, pending,
-                          StepDiagnostics(quantized) if diagnostics else None)
+                          StepDiagnostics(quantized) if diagnostics else None,
+                          self._injection_lr(t, lr))
         out_p: dict[str, np.ndarray] = {}
         bufs: dict[str, dict[str, np.ndarray]] = {b: {} for b in self.buffers}
         trees = {}  # each buffer's tree, its structure checked once per step
@@ -492,6 +501,11 @@ class QuantizedOptimizer:
             diag["e"] = _from_dict(diag["e"], bare)
             return new_params, new_state, diag
         return new_params, new_state
+
+    def _injection_lr(self, t: int, lr: float) -> float | None:
+        """The learning rate ECO's injection of step ``t`` is sized by when it is not
+        ``lr`` (None: it is; AdamW's schedule guard)."""
+        return None
 
     def _init_pending(self, lr0: float | None) -> bool:
         """Whether the initial state's error is pending (kept out of the momentum)."""
@@ -533,44 +547,6 @@ class QuantizedOptimizer:
         """One update of parameter ``name``: ``(new stored weights, new buffers)`` from the
         stored weights ``w``, the gradient ``g`` and the buffers ``b``."""
         raise NotImplementedError
-
-
-class _Write:
-    """NumPy's :class:`~ecosim.optim.schemes.WriteTarget`: the new buffers go into ``out``
-    (functional: nothing of the previous state is modified), diagnostics into ``ctx.diag``."""
-
-    __slots__ = ("opt", "name", "w", "q", "ctx", "out", "m", "prev", "exact_")
-
-    def __init__(self, opt, name, w, q, ctx, out, m, prev, exact_):
-        self.opt, self.name, self.w, self.q, self.ctx = opt, name, w, q, ctx
-        self.out, self.m, self.prev, self.exact_ = out, m, prev, exact_
-
-    def full(self, tt):
-        if self.ctx.diag is not None:
-            self.ctx.diag.add(self.name, self.w, tt, tt, False)
-        return tt
-
-    def master(self, tt):
-        tt = self.out["master"] = self.opt._qstate("master", tt, self.ctx, self.name)
-        return tt
-
-    def weights(self, tt):
-        new_w = self.opt._write(self.q, tt, self.w, self.ctx, self.name)
-        if self.ctx.diag is not None:
-            self.ctx.diag.add(self.name, self.w, new_w, tt, True)
-        return new_w
-
-    def compensation(self, e):
-        self.out["c"] = self.opt._qcomp(self.q, e, self.ctx.key_of(self.name), "c")
-
-    def inject(self, k):
-        self.out["m"] = self.opt._inject(self.m, k, self.ctx, self.name)
-
-    def exact(self, e):
-        self.out["m"] = self.exact_(self.m, self.prev["e_prev"], e, self.ctx, self.name)
-
-    def error(self, e):
-        self.out["e_prev"] = e
 
 
 def _apply(q: Quantizer, x: np.ndarray, key: int | None) -> np.ndarray:

@@ -104,7 +104,8 @@ class Lion(QuantizedOptimizer):
         tt = np.sign(c)
         tt *= -lr
         tt += base  # theta_tilde = base (1 - lr wd) - lr sign(c)
-        return self.finish_write(sch, name, w, tt, q, ctx, out, m, b, None)
+        # Lion runs no scheme whose error the momentum takes (module docstring)
+        return self.write_weights(sch, name, w, tt, q, ctx, out)[0], out
 
 
 def lion(lr: float | Callable[[int], float], b1: float = 0.9, b2: float = 0.99,

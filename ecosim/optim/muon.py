@@ -66,7 +66,7 @@ from ..quantizer import Quantizer
 from .adamw import AdamW, AdamWState
 from .base import QuantizedOptimizer
 from .sgdm import momentum_step
-from .schemes import Scheme, get
+from .schemes import Scheme, get, injection
 
 __all__ = ["Muon", "MuonState", "muon", "newton_schulz", "NS_COEFFICIENTS"]
 
@@ -212,8 +212,8 @@ class Muon(QuantizedOptimizer):
         return {"m": np.zeros_like(p), **self.init_scheme_buffers(name, p, w, q, ctx)}
 
     def step_param(self, name, w, g, b, ctx):
-        """A matrix: Muon's direction ``s NS5(n)`` and its experimental ECO gain (the scheme
-        does the rest); any other parameter: AdamW's step at ``adam_lr``."""
+        """A matrix: Muon's direction ``s NS5(n)``, the scheme's write and the experimental
+        ECO injection; any other parameter: AdamW's step at ``adam_lr``."""
         if not self.is_matrix(w.shape):
             actx = dataclasses.replace(ctx, lr=self._adam.lr_at(ctx.t))
             return self._adam.step_param(name, w, g, b, actx)
@@ -230,8 +230,11 @@ class Muon(QuantizedOptimizer):
             base = base * decay
         tt = np.multiply(o, -lr * s)
         tt += base  # theta_tilde = base (1 - lr wd) - lr s NS5(n)
-        return self.finish_write(sch, name, w, tt, q, ctx, out, m, b, lambda sch: (
-            self.eco_coefficient(lr, n, o, s, sch, decay), None))
+        new_w, e = self.write_weights(sch, name, w, tt, q, ctx, out)
+        if e is not None:  # ECO's injection (an exact scheme feeds its error back instead)
+            k = injection(e, self.eco_coefficient(lr, n, o, s, sch, decay))
+            out["m"] = self._inject(m, k, ctx, name)
+        return new_w, out
 
     def eco_coefficient(self, lr: float, n: np.ndarray, o: np.ndarray, s: float,
                         scheme: Scheme | None = None, decay: float = 1.0) -> float:

@@ -14,15 +14,15 @@ grid; a *scheme* says the rest (docs/theory.md §4):
   ECO's ``rate * (1 - 1/beta)``, where ``rate`` is one over the step size a momentum entry
   moves the weights by (SGDM: ``1/lr``; AdamW: ``(1 - b1**n) / lr`` times ``d`` element-wise).
 
-The write itself and what follows it are :meth:`Scheme.write`, and the initial buffers
-:meth:`Scheme.initial_buffers`, written once for NumPy arrays and torch tensors: a backend
-only stores what they hand it (a :class:`WriteTarget`: the functional state of
-:class:`ecosim.optim.base.QuantizedOptimizer`, the in-place state of the torch optimizers).
-An optimizer supplies only its direction and its injection gain (see
-:meth:`ecosim.optim.base.QuantizedOptimizer.finish_write`). Adding a scheme is one
-:class:`Scheme` in :data:`REGISTRY` (a new kind of follow-up: one branch of
-:meth:`Scheme.write`; plus, when it needs a derivation, docs/theory.md); the optimizers of
-both backends, the memory formulas and the torch checkpoints follow it.
+The write is :meth:`Scheme.write`, a function from ``theta_tilde`` and the weights' rounding
+to the stored weights and the rounding error, written once for NumPy arrays and torch
+tensors; the initial buffers are :meth:`Scheme.initial_buffers`. Where the error goes is the
+record's too: into a buffer (:attr:`Scheme.error_buffer`) or into the momentum
+(:meth:`Scheme.moves_error`), where the optimizer adds it with its own coefficient (see
+:meth:`ecosim.optim.base.QuantizedOptimizer.write_weights`). Adding a scheme is one
+:class:`Scheme` in :data:`REGISTRY` (a new kind of follow-up: a name in ``_AFTERS`` and where
+its error goes; plus, when it needs a derivation, docs/theory.md); the optimizers of both
+backends, the memory formulas and the torch checkpoints follow it.
 
 Example:
     >>> get("kahan").buffers, get("eco").after, get("master").base
@@ -34,12 +34,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, NamedTuple, Optional
 
 from . import catalog as optimizer_catalog
 from .catalog import names as optimizer_names
 
-__all__ = ["Scheme", "WriteTarget", "REGISTRY", "BUFFER_STORAGE", "get", "names_for",
+__all__ = ["Scheme", "Written", "REGISTRY", "BUFFER_STORAGE", "get", "names_for",
            "torch_names_for", "all_buffers", "is_eco", "injection"]
 
 #: how each extra buffer is stored: ``"state"`` in the optimizer's ``states[name]`` format
@@ -185,74 +185,48 @@ class Scheme:
                 out[b] = compensate(full - w)
         return out
 
-    def write(self, tt: Any, to: "WriteTarget", gain: Callable[["Scheme"], tuple], *,
-              linear: bool) -> Any:
-        """The weight write of ``theta_tilde = tt`` and what follows it, on NumPy arrays or
-        torch tensors alike; returns the new stored weights.
+    @property
+    def error_buffer(self) -> str | None:
+        """Where the scheme keeps the rounding error of a write: ``"c"`` (Kahan's
+        compensation, stored as ``q_c(e)``), ``"e_prev"`` (an exact scheme's carried error,
+        stored as is) or None (dropped, or only moved into the momentum)."""
+        return {"kahan": "c", "exact": "e_prev"}.get(self.after)
 
-        In this order: ``fp`` stores ``tt`` as is; ``master`` first stores ``tt`` as the
-        master copy (in its format); the weights ``q(tt)`` are stored; then ``e = tt -
-        q(tt)``, in place in ``tt``, is kept as Kahan's compensation, injected into the
-        momentum (``m += injection(e, coef, scale)``, ``(coef, scale) = gain(self)``; ``coef``
-        None: nothing is injected, no later step would give it back), or carried exactly:
-        through the momentum (``to.exact``, when :meth:`through_momentum`) and kept as
-        ``e_prev``. ``drop`` and ``master`` forget it.
+    def moves_error(self, linear: bool) -> bool:
+        """Whether the momentum takes the rounding error of a write: ECO's injection, or an
+        exact scheme that carries it there (:meth:`through_momentum`). The optimizer applies
+        it; only it knows how a momentum entry moves its weights."""
+        return self.after == "inject" or (self.after == "exact" and self.through_momentum(linear))
+
+    def write(self, tt: Any, rounded: Callable[[Any], Any]) -> "Written":
+        """The weight write of ``theta_tilde = tt``: ``(stored weights, rounding error)``, on
+        NumPy arrays or torch tensors alike.
+
+        ``fp`` keeps ``tt`` as is; every other scheme stores ``rounded(tt)`` (the weight
+        quantizer). The error ``e = tt - rounded(tt)`` is computed, in place in ``tt``, for the
+        schemes that keep or move it (:attr:`error_buffer`, :meth:`moves_error`); ``naive`` and
+        ``master`` forget it (None). A master copy is stored by the backend before the write:
+        ``tt`` is then its stored value.
 
         Args:
-            tt: ``theta_tilde`` (overwritten).
-            to: where the backend stores each result (:class:`WriteTarget`).
-            gain: ``scheme -> (coef, scale)``, the optimizer's injection gain, called only
-                by injecting schemes: ``coef`` from :meth:`coefficient` at the optimizer's
-                rate, ``scale`` an element-wise factor or None.
-            linear: the optimizer's update is linear in the momentum.
+            tt: ``theta_tilde`` (overwritten by the error where one is returned).
+            rounded: ``x -> q(x)``, the stored weights of ``x`` (the backend's store).
         """
         if not self.quantized:
-            return to.full(tt)
-        if self.after == "master":
-            tt = to.master(tt)
-        new_w = to.weights(tt)
+            return Written(tt, None)
+        new_w = rounded(tt)
         if self.after in ("master", "drop"):
-            return new_w
+            return Written(new_w, None)
         tt -= new_w  # e = theta_tilde - q(theta_tilde): theta_tilde is not needed any more
-        if self.after == "kahan":
-            to.compensation(tt)
-        elif self.after == "inject":
-            coef, scale = gain(self)
-            if coef is not None:
-                to.inject(injection(tt, coef, scale))
-        else:  # exact: through the momentum, or error feedback (w + e_prev is the master)
-            if self.through_momentum(linear):
-                to.exact(tt)
-            to.error(tt)
-        return new_w
+        return Written(new_w, tt)
 
 
-class WriteTarget(Protocol):
-    """What a backend does with the results of :meth:`Scheme.write` for one parameter at one
-    step (its SR keys: ``fold_in(key, t, name)`` for the weights, tags ``"master"``,
-    ``"c"``, ``"m_inject"`` for the buffers; see :mod:`ecosim.optim.base`)."""
+class Written(NamedTuple):
+    """What :meth:`Scheme.write` leaves: the stored ``weights`` and the rounding ``error``
+    ``theta_tilde - weights`` (None where the scheme forgets it)."""
 
-    def full(self, tt: Any) -> Any:
-        """``fp``: store ``tt`` as the weights unrounded; return them."""
-
-    def master(self, tt: Any) -> Any:
-        """Store ``tt`` as the master copy (in its format); return its stored values."""
-
-    def weights(self, tt: Any) -> Any:
-        """Store ``q(tt)`` as the weights; return the stored values."""
-
-    def compensation(self, e: Any) -> None:
-        """Store Kahan's compensation ``q_c(e)``."""
-
-    def inject(self, k: Any) -> None:
-        """ECO's injection: store ``m + k`` as the momentum (in its format)."""
-
-    def exact(self, e: Any) -> None:
-        """The optimizer's exact injection of ``e`` and the stored ``e_prev`` into ``m``
-        (``e_prev`` still the previous one)."""
-
-    def error(self, e: Any) -> None:
-        """Keep ``e`` as ``e_prev``."""
+    weights: Any
+    error: Any
 
 
 #: every scheme, in the order of ``SCHEMES`` then the optimizer-specific ones

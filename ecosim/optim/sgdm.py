@@ -67,7 +67,7 @@ import numpy as np
 from ..checks import check_bool
 from ..quantizer import Quantizer
 from .base import QuantizedOptimizer, StepContext
-from .schemes import Scheme, get
+from .schemes import Scheme, get, injection
 
 __all__ = ["SGDM", "SGDMState", "sgdm"]
 
@@ -179,8 +179,11 @@ class SGDM(QuantizedOptimizer):
         base = sch.base_value(w, b.__getitem__, pending=ctx.pending, linear=True)
         tt = np.multiply(u, -lr)
         tt += base  # theta_tilde = base - lr * u
-        return self.finish_write(sch, name, w, tt, q, ctx, out, m, b,
-                                 lambda sch: (self.alpha(lr, sch), None), self._exact_injection)
+        new_w, e = self.write_weights(sch, name, w, tt, q, ctx, out)
+        if e is not None:  # the momentum takes the error: exactly, or by ECO's injection
+            out["m"] = (self._exact_injection(m, b["e_prev"], e, ctx, name) if sch.exact
+                        else self._inject(m, injection(e, self.alpha(lr, sch)), ctx, name))
+        return new_w, out
 
     def _exact_injection(self, m, e_prev, e, ctx, name):
         """Exact ECO: ``m += e_prev beta / (gain lr(t)) - e / (gain lr(t+1))`` (module

@@ -119,6 +119,7 @@ import torch
 from ..checks import check_bool, check_positive
 from ..optim.adamw import schedule_guard_lr
 from ..optim.schemes import get as get_scheme
+from ..optim.schemes import injection
 from ..optim.policies import check_beta
 from .optim_base import ECOBase
 from .numerics import div, sqrt_rounded
@@ -249,19 +250,19 @@ class ECOSGD(ECOBase):
         base = self._base(meta, st, w)
         tt = u * (-lr)
         tt += base  # theta_tilde = base - lr * u
-        gain = self._gain(beta)
-
-        def eco_gain(sch):
-            a = sch.coefficient(1.0 / lr, beta)
-            return (a / beta if self.nesterov else a), None
-
-        def exact(m, e_prev, e):
+        e_prev = st.get("e_prev")  # the write replaces it
+        e = self._write_weights(meta, p, st, w, tt, key, t)
+        if e is None:
+            return
+        if meta.sch.exact:  # m += e_prev beta / (gain lr) - e / (gain lr_next)
+            gain = self._gain(beta)
             m += e_prev * (beta / (gain * lr))
             m -= e * (1.0 / (gain * self._lr_next(group)))
             self._keep(st, "m", m, key, t, name, "m_inject")
             group["exact_momentum"] = beta
-
-        self._finish_write(meta, p, st, w, tt, key, t, m, eco_gain, exact)
+        else:  # ECO's injection
+            a = meta.sch.coefficient(1.0 / lr, beta)
+            self._inject(st, m, injection(e, a / beta if self.nesterov else a), key, t, name)
 
 
 class ECOAdamW(ECOBase):
@@ -357,7 +358,7 @@ class ECOAdamW(ECOBase):
         if self.schedule_guard and self.lr_schedule is None:
             raise ValueError("schedule_guard needs the later learning rates: pass "
                              "lr_schedule=(t -> lr), the rates group['lr'] will follow")
-        self._guard: dict = {}  # group index -> L(t), the guard's rate of this step
+        self._guard: dict = {}  # id(param group) -> L(t), the guard's rate of this step
         self._math = _AdamMath(check_bool(compile, "compile"))
         super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=float(eps),
                                       weight_decay=float(weight_decay)), scheme, weights, key,
@@ -384,7 +385,7 @@ class ECOAdamW(ECOBase):
         every group's ``lr`` is checked against ``lr_schedule(t)`` first (ValueError, nothing
         written, on a mismatch) and its ``L(t)`` computed once."""
         if self.schedule_guard:
-            self._guard = {i: self._guard_rate(i, g) for i, g in enumerate(self.param_groups)}
+            self._guard = {id(g): self._guard_rate(i, g) for i, g in enumerate(self.param_groups)}
         return super().step(closure)
 
     def _guard_rate(self, i, group):
@@ -395,9 +396,6 @@ class ECOAdamW(ECOBase):
             raise ValueError(f"schedule_guard: param group {i} has lr {lr!r} at step {t}, "
                              f"but lr_schedule({t}) = {want!r}; pass the schedule it follows")
         return schedule_guard_lr(lr, lambda s: _rate(sched, s), t, group["betas"][0])
-
-    def _group_index(self, group):
-        return next(i for i, g in enumerate(self.param_groups) if g is group)
 
     def _schedule_of(self, i):
         sched = self.lr_schedule
@@ -435,33 +433,28 @@ class ECOAdamW(ECOBase):
         if wd:
             base = base * decay
         torch.sub(base, tt, out=tt)  # theta_tilde = base (1 - lr wd) - (lr/bc1) m / d
+        e = self._write_param(meta, p, st, w, tt, d, m, key, t, (bc1 / lr) * decay, b1)
+        lr_inj = self._guard[id(group)] if self.schedule_guard else lr
+        if e is not None and lr_inj != 0.0:  # else no later step writes: none given back
+            k = injection(e, meta.sch.coefficient(bc1 / lr_inj, b1, decay), d)
+            self._inject(st, m, k, key, t, name)
 
-        def gain(sch):
-            lr_inj = self._guard[self._group_index(group)] if self.schedule_guard else lr
-            if lr_inj == 0.0:  # no later step writes: nothing would give it back
-                return None, None
-            return sch.coefficient(bc1 / lr_inj, b1, decay), d
-
-        self._write_param(meta, p, st, w, tt, d, m, group, t, gain)
-
-    def _write_param(self, meta, p, st, w, tt, d, m, group, t, gain):
-        """The scheme's write of ``tt`` and what follows (:meth:`_finish_write`, ``gain`` its
-        injection gain), ``eco_momentum_exact``'s offset ``(c / s)(e_prev - e / b1)`` in
-        NumPy's order, with ``d``."""
-        (b1, _), lr, wd = group["betas"], group["lr"], group["weight_decay"]
-        bc1, decay = 1.0 - b1**(t + 1 - st.get("skipped", 0)), 1.0 - lr * wd
-        key, pending = self._key(group, meta), st.get("pending", False)
-
-        def exact(m, e_prev, e):
-            k = e * (-1.0 / b1)
-            if not pending:
-                k += e_prev
-            k *= d * ((bc1 / lr) * decay)
-            self._inject(st, m, k, key, t, meta.name)
-
-        self._finish_write(meta, p, st, w, tt, key, t, m, gain, exact)
+    def _write_param(self, meta, p, st, w, tt, d, m, key, t, rate, b1):
+        """The scheme's write of ``tt`` (:meth:`_write_weights`); ``eco_momentum_exact``'s
+        offset ``rate d (e_prev - e / b1)``, ``rate = (bc1 / lr)(1 - lr wd)``, in NumPy's
+        order. Returns the error ECO's injection is to move into ``m`` (None: none)."""
+        e_prev, pending = st.get("e_prev"), st.get("pending", False)  # the write replaces e_prev
+        e = self._write_weights(meta, p, st, w, tt, key, t)
         if pending:
             st["pending"] = False
+        if e is None or not meta.sch.exact:
+            return e
+        k = e * (-1.0 / b1)
+        if not pending:
+            k += e_prev
+        k *= d * rate
+        self._inject(st, m, k, key, t, meta.name)
+        return None
 
     def _step_group(self, group, items, t):
         """The step of ``group``'s parameters, batched in runs of at most ``_BATCH`` elements
@@ -505,19 +498,14 @@ class ECOAdamW(ECOBase):
         if wd:
             bases = torch._foreach_mul(bases, decay)
         tts = torch._foreach_sub(bases, tts)  # base (1 - lr wd) - (lr/bc1) m / d, fresh
-        es, ks, into = [], [], []
-        coef = None
+        lr_inj = self._guard[id(group)] if self.schedule_guard else lr
+        es, ks, into, coef = [], [], [], None
         for (meta, p, _, _, w, _, st), tt, dk, m in zip(run, tts, ds, ms):
-
-            def gain(sch, tt=tt, dk=dk, m=m):  # deferred: injected below, all at once
-                nonlocal coef
-                lr_inj = self._guard[self._group_index(group)] if self.schedule_guard else lr
-                if lr_inj != 0.0:  # else no later step writes: nothing would give it back
-                    coef = sch.coefficient(bc1 / lr_inj, b1, decay)
-                    es.append(tt), ks.append(dk), into.append(m)
-                return None, None
-
-            self._write_param(meta, p, st, w, tt, dk, m, group, t, gain)
+            e = self._write_param(meta, p, st, w, tt, dk, m, self._key(group, meta), t,
+                                  (bc1 / lr) * decay, b1)
+            if e is not None and lr_inj != 0.0:  # injected below, all at once
+                coef = meta.sch.coefficient(bc1 / lr_inj, b1, decay)
+                es.append(e), ks.append(dk), into.append(m)
         if ks:  # injection(e, coef, d) = (d * coef) * e, then m += k (m has no format)
             torch._foreach_mul_(ks, coef)
             torch._foreach_mul_(ks, es)

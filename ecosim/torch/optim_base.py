@@ -1,12 +1,12 @@
 """What the ECO optimizers (:class:`~ecosim.torch.optim.ECOSGD`,
 :class:`~ecosim.torch.optim.ECOAdamW`) share: naming parameters, the initial weight write,
-low-precision buffers (stored as codes, SR keys per buffer), where the weight write of every
-scheme stores its results (``_Write``), the gradient checks and the step loop. Each optimizer
-adds its state (``_init_state``) and its update (``_step_param``: its direction and its
-injection gain); which buffers a scheme keeps, where its write starts, the write and what
-follows it are the scheme records of :mod:`ecosim.optim.schemes` (``Scheme.write``,
-``Scheme.initial_buffers``), the same code NumPy runs. See :mod:`ecosim.torch.optim` for the
-rules and the SR keys.
+low-precision buffers (stored as codes, SR keys per buffer), the weight write of every scheme
+and the buffers it keeps (``_write_weights``), the gradient checks and the step loop. Each
+optimizer adds its state (``_init_state``) and its update (``_step_param``: its direction, and
+the rounding error the write hands back added to its momentum); which buffers a scheme keeps,
+where its write starts, the write and where its error goes are the scheme records of
+:mod:`ecosim.optim.schemes` (``Scheme.write``, ``Scheme.initial_buffers``), the same code NumPy
+runs. See :mod:`ecosim.torch.optim` for the rules and the SR keys.
 Checkpoints are :mod:`ecosim.torch.optim_state`'s, diagnostics :mod:`ecosim.torch.optim_diag`'s,
 shard layouts :mod:`ecosim.torch.dtensor`'s.
 """
@@ -14,6 +14,7 @@ shard layouts :mod:`ecosim.torch.dtensor`'s.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 
@@ -303,15 +304,31 @@ class ECOBase(DiagnosticsMixin, CheckpointMixin, torch.optim.Optimizer):
         return meta.sch.base_value(w, lambda k: self._load(st, k, w, codecs.get(k)),
                                    pending=st.get("pending", False), linear=self._linear)
 
-    def _finish_write(self, meta, p, st, w, tt, key, t, m, gain, exact=None):
-        """NumPy's ``finish_write``: the scheme's write of ``tt`` and what follows it
-        (:meth:`~ecosim.optim.schemes.Scheme.write`, storing into ``st`` in place).
-        ``gain(sch) -> (coef, scale)`` is the optimizer's ECO injection gain
-        (``m += scale * coef * e``, ``coef`` from the scheme's coefficient at the optimizer's
-        rate; ``coef`` None: nothing is injected); ``exact(m, e_prev, e)`` stores the exact
-        injection into ``m``."""
-        meta.sch.write(tt, _Write(self, meta, p, st, key, t, m, exact), gain,
-                       linear=self._linear)
+    def _write_weights(self, meta, p, st, w, tt, key, t):
+        """NumPy's ``write_weights``: the scheme's write of ``tt``
+        (:meth:`~ecosim.optim.schemes.Scheme.write`) and the buffers it keeps, stored into
+        ``st`` in place (the master copy first, then the weights, then Kahan's ``c`` or the
+        exact schemes' ``e_prev``, replaced: an optimizer that needs the previous one reads it
+        first). Returns the rounding error when the momentum is to take it, else None."""
+        sch = meta.sch
+        if not sch.quantized:
+            local_tensor(p).copy_(tt)
+            return None
+        if sch.after == "master":
+            tt = self._keep(st, "master", tt, key, t, meta.name, "master")
+        _, e = sch.write(tt, functools.partial(self._round_weights, meta, p, key, t))
+        if e is None:
+            return None
+        if sch.error_buffer == "c":
+            self._keep(st, "c", e, key, t, meta.name, "c", codec=meta.comp)
+        elif sch.error_buffer == "e_prev":
+            st["e_prev"] = e
+        return e if sch.moves_error(self._linear) else None
+
+    def _round_weights(self, meta, p, key, t, x):
+        """Store ``q(x)`` with the weight write's SR key ``fold_in(key, t, name)``."""
+        return self._write(meta, p, x, sr_key(key, t, meta.name)
+                           if meta.q.rounding.stochastic else None)
 
     def _init_scheme_state(self, st, group, meta, full, w):
         """The scheme's initial buffers (:meth:`~ecosim.optim.schemes.Scheme.initial_buffers`,
@@ -484,43 +501,6 @@ class ECOBase(DiagnosticsMixin, CheckpointMixin, torch.optim.Optimizer):
 
     def _check_group(self, group):
         pass
-
-
-class _Write:
-    """The torch optimizers' :class:`~ecosim.optim.schemes.WriteTarget`: stores into the
-    parameter (or its layer's codes) and its state ``st`` in place; ``exact_(m, e_prev, e)``
-    is the optimizer's exact injection."""
-
-    __slots__ = ("opt", "meta", "p", "st", "key", "t", "m", "exact_")
-
-    def __init__(self, opt, meta, p, st, key, t, m, exact_):
-        self.opt, self.meta, self.p, self.st, self.key = opt, meta, p, st, key
-        self.t, self.m, self.exact_ = t, m, exact_
-
-    def full(self, tt):
-        local_tensor(self.p).copy_(tt)
-        return tt
-
-    def master(self, tt):
-        return self.opt._keep(self.st, "master", tt, self.key, self.t, self.meta.name, "master")
-
-    def weights(self, tt):
-        meta = self.meta
-        return self.opt._write(meta, self.p, tt, sr_key(self.key, self.t, meta.name)
-                               if meta.q.rounding.stochastic else None)
-
-    def compensation(self, e):
-        self.opt._keep(self.st, "c", e, self.key, self.t, self.meta.name, "c",
-                       codec=self.meta.comp)
-
-    def inject(self, k):
-        self.opt._inject(self.st, self.m, k, self.key, self.t, self.meta.name)
-
-    def exact(self, e):
-        self.exact_(self.m, self.st["e_prev"], e)
-
-    def error(self, e):
-        self.st["e_prev"] = e
 
 
 def _resolve_weights(weights):
