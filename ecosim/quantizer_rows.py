@@ -77,8 +77,8 @@ def row_absmax(X2: np.ndarray, i0: int, i1: int, amax: np.ndarray, ubuf: np.ndar
 
 
 def signed_float_rtn(plan, y: np.ndarray, c: np.ndarray, ubuf: np.ndarray, defer=False):
-    """:func:`ecosim.rounding.round_kernel` (RTN, ``no_over``) of ``y`` into ``c`` for a float format
-    with ``-0`` (signed, not fnuz), on the bits with their sign.
+    """:func:`ecosim.rounding.round_kernel` (RTN, ``no_over``) of ``y`` into ``c`` for a float
+    format with ``-0`` (signed, not fnuz), on the bits with their sign.
 
     With ``no_over`` (no ``|y|`` above ``plan.hi``, no NaN) the carry of the rounding never
     reaches the sign bit, so rounding the signed bits is rounding the magnitude and putting the

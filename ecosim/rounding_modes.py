@@ -21,8 +21,9 @@ A mode is one :class:`ModeRule` below. Its rules are functions of arrays and a w
 
 The kernels' faster paths (NumPy's and torch's) either say which modes they serve or use only
 :meth:`ModeRule.addend` and :meth:`ModeRule.headroom` (torch's path on the bits with their
-sign); every other mode takes these rules. A new mode is therefore a rule here and its row in :data:`RULES`, the
-line of the reference oracle that tests it, and its section in docs/theory.md.
+sign); every other mode takes these rules. A new mode is therefore a rule here and its row in
+:data:`RULES`, the line of the reference oracle that tests it, and its section in
+docs/theory.md.
 
 Example:
     >>> r = Rounding("sr", nbits=8)

@@ -92,7 +92,7 @@ def test_vectorised_matches_scalar(s):
 def test_schedules_are_frozen_with_readable_repr():
     s = warmup_cosine(1e-3, 100)
     assert repr(s) == ("WarmupCosine(peak=0.001, total_steps=100, warmup_frac=0.1, "
-                       "init_frac=0.01, final_frac=0.1)")
+                       "init_frac=0.01, final_frac=0.1, warmup_offset=0)")
     assert eval(repr(s)) == s
     assert repr(step_decay(1, 2, 0.5)) == "StepDecay(lr=1.0, every=2, factor=0.5)"
     assert repr(inverse_time(1, 10)) == "InverseTime(lr=1.0, t0=10.0)"

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
+from ecosim.optim import WarmupCosine  # noqa: E402
 from ecosim.torch import data as lmdata  # noqa: E402
 from ecosim.torch import lm  # noqa: E402
 from ecosim.experiments.lm import run_setting  # noqa: E402
@@ -81,13 +82,38 @@ def test_model_forward_and_quantized_layers():
     assert torch.equal(m(x)[:, :5], m(y)[:, :5])
 
 
-def test_lr_factor_schedule():
-    f = [lm.lr_factor(s, 100) for s in range(100)]
+def test_the_run_schedule():
+    f = [lm.LMConfig(steps=100).schedule(s) for s in range(100)]
     assert f[:10] == [(s + 1) / 10 for s in range(10)]
     assert max(f) == 1.0 and all(0.1 <= v <= 1.0 for v in f)
     assert all(a >= b for a, b in zip(f[9:], f[10:]))  # monotone cosine after warmup
-    assert f[10] == 1.0 and abs(f[99] - 0.1) < 1e-12  # cosine from the peak to 0.1x
-    assert lm.lr_factor(150, 100) == f[99]
+    assert f[10] == 1.0 and f[99] == 0.1  # cosine from the peak to 0.1x, exact at both ends
+    assert lm.LMConfig(steps=100).schedule(150) == f[99]
+
+
+def _scalar_warmup_cosine(step, steps, warmup, final):
+    """The language-model runs' schedule as a scalar loop computes it (the rule their records
+    were trained with): warmup (step + 1) / n, then final + (1 - final) (1 + cos(pi p)) / 2."""
+    n = round(warmup * steps)
+    if step < n:
+        return (step + 1) / n
+    progress = min(1.0, (step - n) / max(1, steps - n - 1))
+    return final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+@pytest.mark.parametrize("steps", [2, 8, 40, 100, 1000, 4801])
+@pytest.mark.parametrize("warmup, final", [(0.1, 0.1), (0.0, 0.1), (0.1, 0.0), (0.25, 0.05),
+                                           (0.1, 1 / 3)])
+def test_the_run_schedule_is_the_scalar_rule_bit_for_bit(steps, warmup, final):
+    """LambdaLR multiplies lr by the one WarmupCosine object: the same floats as the scalar
+    rule, at every step and past the end. Negative control: the NumPy experiments' warmup
+    (``warmup_offset=0``, from ``init_frac``) differs during the warmup."""
+    cfg = lm.LMConfig(steps=steps, warmup=warmup, final_lr=final)
+    sched, ts = cfg.schedule, range(steps + 3)
+    assert [sched(t) for t in ts] == [_scalar_warmup_cosine(t, steps, warmup, final) for t in ts]
+    if round(warmup * steps) > 1:
+        other = WarmupCosine(1.0, steps, warmup_frac=warmup, init_frac=0.0, final_frac=final)
+        assert other(0) != sched(0)
 
 
 # -- data ----------------------------------------------------------------------------------------

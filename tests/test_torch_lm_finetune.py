@@ -104,7 +104,8 @@ def test_int4_finetune_resumes_bit_exactly_and_its_lr0_step_writes_nothing(pretr
     """A fine-tuning run stopped at step 4 and resumed equals the uninterrupted run bit for
     bit; with the schedule annealed to zero the last step (lr 0) leaves every weight as the
     step before left it."""
-    assert lm.lr_factor(7, 8, 0.1, 0.0) == 0.0 and lm.lr_factor(6, 8, 0.1, 0.0) > 0.0
+    annealed = lm.LMConfig(steps=8, warmup=0.1, final_lr=0.0).schedule
+    assert annealed(7) == 0.0 and annealed(6) > 0.0
     full = train(**_ft(pretrained, text, out=str(tmp_path / "full")))
     assert train(**_ft(pretrained, text, out=str(tmp_path / "half"), stop_after=4))["step"] == 4
     rest = train(**_ft(pretrained, text, out=str(tmp_path / "half"), resume=True))

@@ -142,16 +142,24 @@ class Constant(Schedule):
 class WarmupCosine(Schedule):
     """Linear warmup from ``init_frac * peak``, then cosine decay to ``final_frac * peak``.
 
-    With W = ``warmup_steps`` = round(warmup_frac * total_steps) and T = ``total_steps``:
+    With W = ``warmup_steps`` = round(warmup_frac * total_steps), T = ``total_steps`` and
+    o = ``warmup_offset``:
 
-        lr(t) = peak * (init_frac + (1 - init_frac) * t / W)                  for 0 <= t < W,
+        lr(t) = peak * (init_frac + (1 - init_frac) * (t + o) / W)            for 0 <= t < W,
         lr(t) = f + (peak - f) * (1 + cos(pi * p)) / 2,  p = (t - W) / (T - 1 - W),
                                                           f = final_frac * peak, for t >= W,
 
     with p clipped to [0, 1] (p = 1 when T - 1 - W <= 0). So lr(0) = init_frac * peak,
     lr(W) = peak, the warmup rises strictly and the cosine falls monotonically, and the last
     update t = T - 1 (and every later one) uses exactly final_frac * peak. The defaults are
-    the ECO paper's: 10% warmup from 0.01x peak, cosine to 0.1x peak.
+    the ECO paper's: 10% warmup from 0.01x peak, cosine to 0.1x peak. With ``warmup_offset=1``
+    and ``init_frac=0`` the warmup counts the first update as one of its steps,
+    ``peak (t + 1) / W`` (``1/W, 2/W, ..., 1`` times peak): the torch language-model runner's
+    schedule (:attr:`ecosim.torch.lm.LMConfig.schedule`, a factor: ``peak=1``).
+
+    The cosine is the C library's (``math.cos``, element by element), not NumPy's vectorised
+    one, which some CPUs dispatch to other kernels: a schedule is the same bits wherever it
+    runs, and equal to what a scalar loop computes.
 
     Args:
       peak: the peak learning rate, > 0.
@@ -159,6 +167,7 @@ class WarmupCosine(Schedule):
       warmup_frac: warmup length as a fraction of T, in [0, 1].
       init_frac: first learning rate as a fraction of peak, in [0, 1].
       final_frac: last learning rate as a fraction of peak, in [0, 1].
+      warmup_offset: 0 or 1, the steps of the warmup already counted at ``t = 0``.
 
     Example:
       >>> s = WarmupCosine(1e-3, 1000)
@@ -172,6 +181,7 @@ class WarmupCosine(Schedule):
     warmup_frac: float = 0.1
     init_frac: float = 0.01
     final_frac: float = 0.1
+    warmup_offset: int = 0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -179,6 +189,8 @@ class WarmupCosine(Schedule):
         set_(self, "total_steps", _count(self.total_steps, "total_steps"))
         for name in ("warmup_frac", "init_frac", "final_frac"):
             set_(self, name, _fraction(getattr(self, name), name))
+        if type(self.warmup_offset) is not int or self.warmup_offset not in (0, 1):
+            raise ValueError(f"warmup_offset must be 0 or 1, got {self.warmup_offset!r}")
 
     @property
     def warmup_steps(self) -> int:
@@ -189,13 +201,19 @@ class WarmupCosine(Schedule):
         w, n = self.warmup_steps, self.total_steps - 1 - self.warmup_steps
         final = self.final_frac * self.peak
         p = np.clip((t - w) / n, 0.0, 1.0) if n > 0 else np.ones_like(t)
-        cosine = final + (self.peak - final) * 0.5 * (1.0 + np.cos(np.pi * p))
+        cosine = final + (self.peak - final) * 0.5 * (1.0 + _cos(np.pi * p))
         # Exact at both ends, whatever the rounding of cos and of final + (peak - final).
         cosine = np.where(p >= 1.0, final, np.where(p <= 0.0, self.peak, cosine))
         if w == 0:
             return cosine
-        warm = self.peak * (self.init_frac + (1.0 - self.init_frac) * t / w)
+        ramp = t + self.warmup_offset if self.warmup_offset else t
+        warm = self.peak * (self.init_frac + (1.0 - self.init_frac) * ramp / w)
         return np.where(t < w, warm, cosine)
+
+
+def _cos(x: np.ndarray) -> np.ndarray:
+    """``math.cos`` of every element (the C library's cosine; see :class:`WarmupCosine`)."""
+    return np.fromiter(map(math.cos, x.ravel().tolist()), np.float64, x.size).reshape(x.shape)
 
 
 @dataclasses.dataclass(frozen=True)

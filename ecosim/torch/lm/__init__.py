@@ -135,10 +135,10 @@ from .checkpoint import CHECKPOINT, CheckpointError
 from .checkpoint import save as _save  # noqa: F401  (the atomic write, tested directly)
 from .cli import main
 from .config import (INT4_METHODS, METHODS, STORAGES, TABLE1_METHODS, LMConfig, Method,
-                     fsdp_check, lr_factor, method_of)
+                     fsdp_check, method_of)
 from .loop import build_optimizers, train
 
 __all__ = ["CHECKPOINT", "INT4_METHODS", "METHODS", "STORAGES", "TABLE1_METHODS",
-           "CheckpointError", "LMConfig", "Method", "build_optimizers", "fsdp_check", "lr_factor",
+           "CheckpointError", "LMConfig", "Method", "build_optimizers", "fsdp_check",
            "main",
            "method_of", "train"]

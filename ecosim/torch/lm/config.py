@@ -15,13 +15,14 @@ import torch
 
 from ... import quantizer as _np_quantizer
 from ... import recipes
+from ...optim.schedules import WarmupCosine
 from .. import data as _data
 from ..dqt import dqt_quantizers
 from ..model import get_preset
 from ..quantizer import Quantizer
 
 __all__ = ["INT4_METHODS", "METHODS", "STORAGES", "TABLE1_METHODS", "LMConfig", "Method",
-           "fsdp_check", "lr_factor", "method_of"]
+           "fsdp_check", "method_of"]
 
 STORAGES = ("codes", "param")
 
@@ -47,7 +48,7 @@ class Method:
             the ``dqt`` experiment; ``"absmax"``); see :class:`~ecosim.torch.dqt.DQTAdamW`.
         wd_corrected, schedule_guard: :class:`~ecosim.torch.ECOAdamW`'s
             ``wd_corrected_injection`` and ``schedule_guard`` (ECO's variants, kind
-            ``"eco_adam"``; the guard follows the run's own schedule, :func:`lr_factor`).
+            ``"eco_adam"``; the guard follows the run's own schedule, :attr:`LMConfig.schedule`).
     """
 
     scheme: str | None
@@ -61,8 +62,9 @@ class Method:
 
     def quantizer(self) -> Quantizer | None:
         """The weight quantizer: E4M3 (and other 8-bit and narrower formats) with absmax
-        scales per :attr:`granularity`; 16-bit formats unscaled (their range needs no scale); DQT's step
-        quantizer (per tensor) for DQT; None for FP32 and BitNet (FP32 master weights)."""
+        scales per :attr:`granularity`; 16-bit formats unscaled (their range needs no scale);
+        DQT's step quantizer (per tensor) for DQT; None for FP32 and BitNet (FP32 master
+        weights)."""
         if self.fmt is None or self.kind == "bitnet":
             return None
         if self.kind == "dqt":
@@ -332,11 +334,21 @@ class LMConfig:
                 "one-element GradSlot parameter broadcast to the weight's shape, which FSDP2 "
                 "cannot shard (it shards parameters, not buffers, and a slot has no rows)")
 
-    def lr_factor(self, step: int) -> float:
-        """The schedule's factor at ``step`` (:func:`lr_factor` of this run's steps, warmup and
-        final fraction): what the run's LambdaLR multiplies ``lr`` by, and what the schedule
-        guard reads ahead."""
-        return lr_factor(step, self.steps, self.warmup, self.final_lr)
+    @property
+    def schedule(self) -> WarmupCosine:
+        """The run's learning-rate factor, ``t -> lr(t) / lr``: a linear warmup over the first
+        ``W = round(warmup * steps)`` steps (``1/W, 2/W, ..., 1``), then a cosine from 1 at step
+        ``W`` down to ``final_lr`` at the last step, ``steps - 1`` (and after it).
+        :class:`~ecosim.optim.WarmupCosine` with ``peak=1``, ``init_frac=0`` and
+        ``warmup_offset=1``; the run's LambdaLR and ECO's schedule guard read one such object.
+
+        Example:
+            >>> s = LMConfig(steps=100).schedule
+            >>> [round(s(t), 3) for t in (0, 9, 10, 54, 55, 99)]
+            [0.1, 1.0, 1.0, 0.558, 0.542, 0.1]
+        """
+        return WarmupCosine(1.0, self.steps, warmup_frac=self.warmup, init_frac=0.0,
+                            final_frac=self.final_lr, warmup_offset=1)
 
     def resolved(self, world_size: int = 1) -> "LMConfig":
         """This config with every None default filled in for ``world_size`` processes.
@@ -362,19 +374,3 @@ class LMConfig:
             log_every=self.log_every or max(1, self.steps // 100),
             diverge_loss=(self.diverge_loss if self.diverge_loss is not None
                           else 1.5 * math.log(p.model.vocab)))
-
-
-def lr_factor(step: int, steps: int, warmup: float = 0.1, final: float = 0.1) -> float:
-    """Learning-rate multiplier of ``step`` (0-based): linear warmup over the first
-    ``n = round(warmup * steps)`` steps (``1/n, 2/n, ..., 1``), then a cosine from 1 at step
-    ``n`` down to ``final`` at the last step, ``steps - 1`` (and ``final`` after it).
-
-    Example:
-        >>> [round(lr_factor(s, 100), 3) for s in (0, 9, 10, 54, 55, 99)]
-        [0.1, 1.0, 1.0, 0.558, 0.542, 0.1]
-    """
-    n = round(warmup * steps)
-    if step < n:
-        return (step + 1) / n
-    progress = min(1.0, (step - n) / max(1, steps - n - 1))
-    return final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from ... import rng
+from ...optim.schedules import WarmupCosine
 from .. import data as _data
 from ..bitnet import bitnet_linears
 from ..dqt import DQTAdamW
@@ -35,14 +36,18 @@ DIAG_KEYS = ("changed_frac", "never_changed_frac", "m_over_g", "inject_kept", "i
 _VAL_KEY = rng.fold_in(0, "val")  # validation batches: the same for every seed and method
 
 
-def build_optimizers(model: Transformer, cfg: LMConfig) -> list:
+def build_optimizers(model: Transformer, cfg: LMConfig,
+                     schedule: WarmupCosine | None = None) -> list:
     """The optimizers of a run: ``[ECOAdamW (DQT: DQTAdamW) over the block-internal linears
     (if the method quantizes), torch AdamW over the rest]``. With ``cfg.storage == "codes"``
     the linears of ``model`` are first replaced by :class:`ecosim.torch.nn.QuantizedLinear`
     (in place); BitNet b1.58 replaces them by :class:`ecosim.torch.bitnet.BitLinear` (same
     parameters, all under torch's AdamW).
-    ``cfg`` must be resolved (:meth:`LMConfig.resolved`: its ``lr`` is used)."""
+    ``cfg`` must be resolved (:meth:`LMConfig.resolved`: its ``lr`` is used). ``schedule``:
+    the run's learning-rate factor (default :attr:`LMConfig.schedule`), the object the run's
+    LambdaLR reads, which ECO's schedule guard reads too."""
     method = method_of(cfg.method)
+    schedule = cfg.schedule if schedule is None else schedule
     if method.kind == "bitnet":  # FP32 master weights in torch's AdamW; BitLinear forwards
         bitnet_linears(model, {n.rsplit(".", 1)[0] for n in quantized_names(model)})
     qnames = set(quantized_names(model)) if method.scheme is not None else set()
@@ -70,7 +75,7 @@ def build_optimizers(model: Transformer, cfg: LMConfig) -> list:
                                     scale=method.dqt_scale, key=key,
                                     diagnostics=cfg.diagnostics, **hp))
         else:  # the guard reads the rates the run's LambdaLR will set (_Run): cfg.lr * factor
-            sched = (lambda s: cfg.lr * cfg.lr_factor(s)) if method.schedule_guard else None
+            sched = (lambda s: cfg.lr * schedule(s)) if method.schedule_guard else None
             opts.insert(0, ECOAdamW(pairs, cfg.lr, weight_decay=cfg.weight_decay,
                                     scheme=method.scheme, weights=weights, key=key,
                                     diagnostics=cfg.diagnostics,
@@ -176,13 +181,14 @@ class _Run:
                 init["base_val_loss"] = self.evaluate()
         if cfg.fsdp:
             fully_shard_model(self.model, env)
-        self.opts = build_optimizers(self.model, cfg)
+        schedule = cfg.schedule  # one object: the optimizers' guard and every LambdaLR
+        self.opts = build_optimizers(self.model, cfg, schedule)
         fmt = self.method.fmt
         if cfg.act_fp8 and fmt is not None and fmt.startswith("float8"):
             quantize_activations(self.model)  # after the layers are stored
         if init is not None and not cfg.resume:  # and after it (a resume restores both)
             init["start_val_loss"] = self.evaluate()
-        lam = lambda s: cfg.lr_factor(s)  # noqa: E731  (a function: LambdaLR saves no state)
+        lam = lambda s: schedule(s)  # noqa: E731  (a function: LambdaLR saves no state)
         self.scheds = [torch.optim.lr_scheduler.LambdaLR(o, lam) for o in self.opts]
         self.hist = {"step": 0, "curve": [], "window": [], "recent": [], "tokens": 0,
                      "train_s": 0.0, "eval_s": 0.0, "wall_s": 0.0, "segments": 0,
