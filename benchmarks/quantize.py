@@ -1,8 +1,8 @@
 """Throughput of RTN and SR rounding to float8_e4m3fn: ecosim against its peers, in one run.
 
 Prints Melem/s for 2**24 float32 standard normals (best of a few repeats) for:
-ecosim RTN and SR (one thread; see ecosim.rounding on threads), the ml_dtypes cast (one way, and the round trip
-``x.astype(float8_e4m3fn).astype(float32)``, which returns what ecosim returns: float32 values
+ecosim RTN and SR (one thread; see ecosim.core.rounding on threads), the ml_dtypes cast (one way,
+and the round trip ``x.astype(float8_e4m3fn).astype(float32)``, which returns what ecosim returns: float32 values
 on the grid), gfloat's ``round_ndarray`` (RTN and SR) and pychop's ``Chop(4, 3)`` (RTN and SR),
 and the ratios the project targets. It also checks that ecosim's RTN output equals the
 ml_dtypes round trip bit for bit, and prints the microseconds per call of a row-scaled E4M3
@@ -75,7 +75,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     n = 1 << args.log2n
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
-    rb = ecosim.rng.random_bits(1, 0, n)
+    rb = ecosim.core.rng.random_bits(1, 0, n)
     f8 = ml_dtypes.float8_e4m3fn
 
     ours = ecosim.quantize(x, "e4m3", saturate=False)
@@ -92,7 +92,7 @@ def main(argv=None):
                                          args.repeats)
     rates["ecosim SR (given rbits)"] = best_rate(
         lambda: ecosim.quantize(x, "e4m3", "sr", rbits=rb), n, args.repeats)
-    rates["ecosim random bits alone"] = best_rate(lambda: ecosim.rng.random_bits(1, 0, n), n,
+    rates["ecosim random bits alone"] = best_rate(lambda: ecosim.core.rng.random_bits(1, 0, n), n,
                                                  args.repeats)
 
     m = 1 << args.peers_log2n

@@ -36,14 +36,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._checks import check_bool
-from .formats import Format, get
+from .core.checks import check_bool
+from .core.formats import Format, get
 from .optim import catalog as optimizer_catalog
 from .optim.base import QuantizedOptimizer, compensation_quantizer, state_quantizer
 from .optim.schemes import names_for
 from .optim.schemes import BUFFER_STORAGE
 from .optim.schemes import get as get_scheme
-from .quantizer import Quantizer
+from .core.quantizer import Quantizer
 
 __all__ = [
     "Memory",

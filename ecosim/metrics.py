@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import check_bool
+from .core.checks import check_bool
 
 __all__ = ["ErrorSimilarity", "error_similarity"]
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 
 from .optim.schedules import WarmupCosine
-from .quantizer import Quantizer
+from .core.quantizer import Quantizer
 
 __all__ = ["Method", "TABLE1", "PAPER_SIZES", "WEIGHT_FORMATS", "BETAS", "EPS",
            "WEIGHT_DECAY", "CLIP", "WARMUP_FRAC", "INIT_FRAC", "FINAL_FRAC", "schedule",

@@ -22,8 +22,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import rng
-from ._checks import NonFiniteError, check_bool
+from .core import rng
+from .core.checks import NonFiniteError, check_bool
 from .metrics import error_similarity
 
 __all__ = ["History", "train", "FIELDS", "DIAGNOSTICS", "OUTCOMES", "initial_point"]
@@ -186,7 +186,7 @@ def train(problem, optimizer, steps: int, *, key: int = 0, batch_size: int | Non
 
     Returns:
         A :class:`History`. The run *diverges* (outcome ``"diverged"``, nothing raised) when the
-        step meets NaN/inf (:class:`~ecosim._checks.NonFiniteError`: a non-finite gradient, or a
+        step meets NaN/inf (:class:`~ecosim.core.checks.NonFiniteError`: a non-finite gradient, or a
         moment that overflowed into a data-dependent scale), with
         ``diverge_on_loss`` when a batch loss is, or when the rounding errors compared at a
         logged step (this update's and the previous one's) are non-finite: the update

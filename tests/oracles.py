@@ -3,7 +3,7 @@ from behaviour, and a model of what a defective oracle returns.
 
 Oracle tests use it so that they assert a defect exactly where a release has it and equality
 everywhere else, and keep passing when a release fixes it. ecosim's exact reference
-(:func:`ecosim._reference.round_reference`) decides the truth in every case.
+(:func:`ecosim.core._reference.round_reference`) decides the truth in every case.
 
 A defect's status on the installed release is read from the table and checked against the
 probe: a release inside the measured range must show the defect, one at or after ``fixed_in``
@@ -27,8 +27,8 @@ import numpy as np
 from numpy.testing import assert_array_equal
 
 from ecosim import formats
-from ecosim._reference import round_reference
-from ecosim.rounding import quantize
+from ecosim.core._reference import round_reference
+from ecosim.core.rounding import quantize
 
 E8M0_LOW = 2.0**-127  # E8M0's smallest value
 

@@ -1,11 +1,13 @@
-"""The word shims of ecosim.bitops (NumPy) and ecosim.torch.bitops (torch): each primitive
+"""The word shims of ecosim.core.bitops (NumPy) and ecosim.torch.bitops (torch): each primitive
 against its definition in Python ints, and the shared mixer through both shims."""
 
 import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from ecosim import bitops, rng
+from ecosim import rng
+
+from ecosim.core import bitops
 
 torch = pytest.importorskip("torch")
 

@@ -8,7 +8,7 @@ import pytest
 
 import ecosim
 from ecosim import formats
-from ecosim.checks import NonFiniteError
+from ecosim.core.checks import NonFiniteError
 
 torch = pytest.importorskip("torch")
 

@@ -13,7 +13,7 @@ from ecosim import memory
 from ecosim.claims import dqt as dqt_claims
 from ecosim.experiments.dqt import DQTConfig, make_optimizer, methods
 from ecosim.problems import MLP, DataBatch, QuantizedForward, bitnet_quantizers
-from ecosim.quantizer import Quantizer
+from ecosim.core.quantizer import Quantizer
 
 F32 = np.float32
 

@@ -15,7 +15,7 @@ import ecosim.experiments.base as base
 from ecosim import experiments as E
 from ecosim import rng
 from ecosim.experiments.grids import GridsConfig
-from ecosim.rounding import quantize
+from ecosim.core.rounding import quantize
 
 
 # -- a toy experiment with units (module level: a spawned worker must be able to import it) ----

@@ -8,7 +8,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from ecosim import formats
-from ecosim.formats import custom, decode, decode_bits, encode, pack, unpack
+from ecosim.core.formats import custom, decode, decode_bits, encode, pack, unpack
 
 ML_DTYPE_FLOATS = [n for n in formats.names() if formats.get(n).is_float]
 FINFO_FIELDS = ["bits", "eps", "epsneg", "max", "min", "maxexp", "minexp", "nexp", "nmant",

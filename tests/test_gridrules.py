@@ -1,5 +1,5 @@
-"""ecosim.gridrules: the uniform-grid rules (below the smallest normal, integer formats) are one
-implementation run on NumPy and on torch, and each backend's faster path equals it bit for bit.
+"""ecosim.core.gridrules: the uniform-grid rules (below the smallest normal, integer formats) are
+one implementation run on NumPy and on torch, and each backend's faster path equals it bit for bit.
 
 Inputs: for each format, every point of the subnormal grid, the midpoints between them and one
 float32 ulp either side, plus 4096 uniformly drawn bit patterns below the smallest normal
@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ecosim import gridrules
-from ecosim.bitops import NUMPY_WORDS
-from ecosim.catalog import FORMATS
-from ecosim.rounding import Rounding, _finite_int_kernel, small_magnitudes, plan
+from ecosim.core import gridrules
+from ecosim.core.bitops import NUMPY_WORDS
+from ecosim.core.catalog import FORMATS
+from ecosim.core.rounding import Rounding, _finite_int_kernel, small_magnitudes, plan
 
 FLOATS = [n for n, f in FORMATS.items() if f.is_float and n not in ("bfloat16", "float16")]
 INTS = [n for n, f in FORMATS.items() if not f.is_float]

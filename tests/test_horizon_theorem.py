@@ -8,11 +8,11 @@ import pytest
 from ecosim.claims import horizon as HC
 from ecosim.experiments import get
 from ecosim.experiments import horizon_theorem as HT
-from ecosim.formats import custom
+from ecosim.core.formats import custom
 from ecosim.optim import adamw, muon
 from ecosim.optim.muon import newton_schulz
-from ecosim.quantizer import Quantizer
-from ecosim.rounding import quantize
+from ecosim.core.quantizer import Quantizer
+from ecosim.core.rounding import quantize
 
 SMOKE = HT.HorizonTheoremConfig().smoke()
 

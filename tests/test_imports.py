@@ -4,8 +4,8 @@ A private name (``_x``, not a dunder) belongs to its package: modules of the sam
 same folder) may share it, modules elsewhere may not. Checked on the syntax tree of every module
 of ``ecosim``: ``from X import _x`` (relative imports resolved) and ``Y._x`` where ``Y`` was
 imported from another package (a module, a class or a function of it). What the torch backend
-needs from the core has public, documented names (``ecosim.rounding.plan``,
-``ecosim.rng.mix32``, ...).
+needs from the core has public, documented names (``ecosim.core.rounding.plan``,
+``ecosim.core.rng.mix32``, ...).
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def violations(name: str, path: Path) -> list[str]:
 
 
 def test_the_walk_sees_private_imports_and_attributes(tmp_path):
-    src = ("from ..rounding import _plan, quantize\nfrom .. import rng as _rng\n"
+    src = ("from ..core.rounding import _plan, quantize\nfrom ..core import rng as _rng\n"
            "from . import nn\nx = _rng._mix(1) + quantize._cache + nn._local + _rng.A._b\n")
     path = tmp_path / "probe.py"
     path.write_text(src)
@@ -104,11 +104,46 @@ def test_the_walk_sees_private_imports_and_attributes(tmp_path):
         got = violations("ecosim.torch.probe", path)
     finally:
         del MODULES["ecosim.torch.probe"]
-    assert got == ["probe.py:1: from ecosim.rounding import _plan",
-                   "probe.py:4: _rng.A._b (ecosim.rng)", "probe.py:4: _rng._mix (ecosim.rng)",
-                   "probe.py:4: quantize._cache (ecosim.rounding)"]
+    assert got == ["probe.py:1: from ecosim.core.rounding import _plan",
+                   "probe.py:4: _rng.A._b (ecosim.core.rng)",
+                   "probe.py:4: _rng._mix (ecosim.core.rng)",
+                   "probe.py:4: quantize._cache (ecosim.core.rounding)"]
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_no_private_names_across_packages(name):
     assert violations(name, MODULES[name]) == []
+
+
+# -- the numeric core's former paths ---------------------------------------------------------------
+
+def test_the_core_modules_former_paths_warn_and_give_the_same_objects():
+    """ecosim.rounding and the other modules that moved into ecosim.core still import (old
+    code, old pickles), with a DeprecationWarning naming the new path; their names are the new
+    modules' own objects. An unknown module is still an ImportError."""
+    import importlib
+    import pickle
+    import sys
+
+    import ecosim
+    from ecosim import former_paths as _moved
+    from ecosim.core import quantizer as core_quantizer
+
+    assert set(_moved.MOVED) >= {"ecosim.rounding", "ecosim.quantizer", "ecosim.formats"}
+    for old, new in _moved.MOVED.items():
+        sys.modules.pop(old, None)
+        with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
+            mod = importlib.import_module(old)
+        real = importlib.import_module(new)
+        names = getattr(real, "__all__", None) or [n for n in vars(real) if n[0] != "_"]
+        assert names and all(getattr(mod, n) is getattr(real, n) for n in names)
+        sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match="ecosim.quantizer moved"):
+        from ecosim.quantizer import Quantizer as Old  # noqa: F401
+    assert Old is ecosim.Quantizer is core_quantizer.Quantizer
+    # a pickle written when the class lived at ecosim.quantizer loads as the same class
+    payload = pickle.dumps(ecosim.Quantizer("e4m3"), protocol=0).replace(b"ecosim.core.quantizer",
+                                                             b"ecosim.quantizer")
+    assert pickle.loads(payload) == ecosim.Quantizer("e4m3")
+    with pytest.raises(ImportError):
+        importlib.import_module("ecosim.no_such_module")

@@ -14,7 +14,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from ecosim import Quantizer, quantize
-from ecosim.formats import custom
+from ecosim.core.formats import custom
 from ecosim.memory import bytes_per_param, measured_bytes, static_bytes
 from ecosim.optim import (
     NS_COEFFICIENTS,

@@ -9,7 +9,7 @@ from numpy.testing import assert_array_equal
 
 import oracles
 from ecosim import formats, quantize
-from ecosim._reference import round_reference
+from ecosim.core._reference import round_reference
 
 
 def exact_cast(x, dtype):

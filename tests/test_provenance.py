@@ -32,7 +32,7 @@ def _copy_package(tmp_path: Path) -> Path:
 def test_closure_follows_imports_but_not_sibling_experiments():
     files = P.source_files("ecosim.experiments.grids")
     assert "ecosim.experiments.grids" in files
-    assert "ecosim.rounding" in files          # imported by what grids uses
+    assert "ecosim.core.rounding" in files          # imported by what grids uses
     assert "ecosim.experiments" in files       # a parent package: hashed...
     assert "ecosim.experiments.lm" not in files  # ...but its other imports are not followed
     assert not any(name.startswith("ecosim.figures") for name in files)
@@ -54,7 +54,7 @@ def test_fingerprint_changes_with_the_code_of_an_imported_file(tmp_path):
     unrelated.write_text(unrelated.read_text() + "\n_STYLE_EDIT = 1\n")
     P.code_fingerprint.cache_clear()
     assert P.code_fingerprint("ecosim.experiments.grids", root=str(root)) == before
-    target = root / "rounding.py"
+    target = root / "core" / "rounding.py"
     target.write_text(target.read_text() + "\n_ANY_CODE_EDIT = 1\n")
     P.code_fingerprint.cache_clear()
     after = P.code_fingerprint("ecosim.experiments.grids", root=str(root))
@@ -66,7 +66,7 @@ def test_prose_edits_keep_the_fingerprint_code_edits_do_not(tmp_path):
     """Comments, docstrings and layout cannot change a result: they keep every key; a changed
     constant, a renamed variable or a string that is not a docstring changes it."""
     root = _copy_package(tmp_path)
-    target = root / "rounding.py"
+    target = root / "core" / "rounding.py"
     text = target.read_text()
 
     def key_with(new_text):
@@ -135,7 +135,7 @@ def test_editing_a_source_the_experiment_runs_recomputes(tmp_path):
     computed, cached = _run_copy(root.parent, cache)
     assert computed > 0 and cached == 0
     assert _run_copy(root.parent, cache) == (0, computed)   # unchanged code: all cached
-    rounding = root / "rounding.py"
+    rounding = root / "core" / "rounding.py"
     rounding.write_text(rounding.read_text() + "\n# reworded\n")
     assert _run_copy(root.parent, cache) == (0, computed)   # a comment: still cached
     rounding.write_text(rounding.read_text() + "\n_CHANGED = 1\n")

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from ecosim import Quantizer, formats, quantize
-from ecosim import rounding, rounding_codes
-from ecosim.formats import decode_bits, encode_bits, pack, unpack
-from ecosim.quantizer import _dequantize
+from ecosim.core import rounding, rounding_codes
+from ecosim.core.formats import decode_bits, encode_bits, pack, unpack
+from ecosim.core.quantizer import _dequantize
 
 # Every catalogued format, and custom ones that take the other branches of the code kernel:
 # flush to zero, a layout equal to float32's, the fn and fnuz conventions, a bias whose
@@ -162,7 +162,7 @@ def test_every_code_decodes_and_encodes_back(fmt):
             packed = 0
         keep_inf = Quantizer(fmt, scale=1.0, saturate=False) if fmt.is_float else None
         enc = keep_inf.encode(vals.astype(dt)) if fmt.is_float else None
-        from ecosim.quantizer import Encoded
+        from ecosim.core.quantizer import Encoded
 
         stored = Encoded(codes=enc_codes, scales=np.ones(vals.ndim * (1,), dt), shape=vals.shape,
                          dtype=np.dtype(dt), packed_bits=packed)

@@ -1,18 +1,20 @@
-"""The fused RTN pass of row and group scales (ecosim.quantizer_rows) against the whole-array
+"""The fused RTN pass of row and group scales (ecosim.core.quantizer_rows) against the whole-array
 composition of the public pieces, on arrays of several chunks of whole rows (chunks that end
 short of the chunk size, a partial last one), more than one group of chunks, zero rows, -0,
 subnormal inputs, quotients below the smallest normal, bounds that fail (the top binade of
-``pow2="floor"`` clips), NaN and inf; and its kernels against ecosim.rounding's, bit for bit,
+``pow2="floor"`` clips), NaN and inf; and its kernels against ecosim.core.rounding's, bit for bit,
 on every value and midpoint."""
 
 import numpy as np
 import pytest
 
-from ecosim import Quantizer, formats, quantizer
-from ecosim import quantizer_rows as qr
-from ecosim.checks import NonFiniteError
-from ecosim.rounding import CHUNK, Rounding, round_kernel, prepare
-from ecosim.rounding_codes import candidate_codes, code_kernel
+from ecosim import Quantizer, formats
+
+from ecosim.core import quantizer
+from ecosim.core import quantizer_rows as qr
+from ecosim.core.checks import NonFiniteError
+from ecosim.core.rounding import CHUNK, Rounding, round_kernel, prepare
+from ecosim.core.rounding_codes import candidate_codes, code_kernel
 from test_quantizer_codes import assert_encoded, assert_same, edge_inputs, ref_values
 
 FAST = [formats.get(n) for n in formats.names()

@@ -17,7 +17,7 @@ SIGMAS = 6
 
 
 def mix64(z):
-    """The SplitMix64 finaliser in Python ints (independent of ecosim.rng)."""
+    """The SplitMix64 finaliser in Python ints (independent of ecosim.core.rng)."""
     m64 = 2**64 - 1
     z &= m64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m64

@@ -8,8 +8,8 @@ from numpy.testing import assert_array_equal
 
 import ecosim
 from ecosim import formats
-from ecosim._reference import round_reference
-from ecosim.rounding import quantize
+from ecosim.core._reference import round_reference
+from ecosim.core.rounding import quantize
 import oracles  # which oracle release has which defect (tests/oracles.py)
 from rounding_probes import F32_SPECIALS, bits_of, probe_points  # shared with test_torch_core.py
 
@@ -179,7 +179,7 @@ def test_sr_with_32_bits_equals_reference(name, dtype):
     x = probe_points(fmt, dtype)
     if not fmt.signed:
         x = np.abs(x[x != 0])
-    rb = ecosim.rng.random_bits(3, 0, x.size)
+    rb = ecosim.core.rng.random_bits(3, 0, x.size)
     ours = quantize(x, fmt, "sr", rbits=rb)
     assert_array_equal(ours, round_reference(x.astype(np.float64), fmt, "sr", rbits=rb))
 
@@ -199,7 +199,7 @@ def test_sr_key_and_counter():
     assert (a != quantize(x, "e4m3", "sr", key=6)).any()
     # A slice with the matching counter reproduces the same draws (chunking/threads invisible).
     assert_array_equal(a[70_001:], quantize(x[70_001:], "e4m3", "sr", key=(5, 70_001)))
-    rb = ecosim.rng.random_bits(5, 0, x.size)
+    rb = ecosim.core.rng.random_bits(5, 0, x.size)
     assert_array_equal(a, quantize(x, "e4m3", "sr", rbits=rb))
     assert_array_equal(a.reshape(400, 500),
                        quantize(x.reshape(400, 500), "e4m3", "sr", key=5))
@@ -325,7 +325,7 @@ def test_bad_input_is_a_clear_error(bad, err):
 
 def test_input_is_not_modified():
     x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
-    rb = ecosim.rng.random_bits(1, 0, 1000)
+    rb = ecosim.core.rng.random_bits(1, 0, 1000)
     x0, rb0 = x.copy(), rb.copy()
     quantize(x, "e4m3", "sr", rbits=rb)
     quantize(x, "int4", "rtn")

@@ -10,8 +10,8 @@ from numpy.testing import assert_array_equal
 
 import ecosim
 from ecosim import formats
-from ecosim._reference import round_reference
-from ecosim.rounding_modes import MODES, RULES, Rounding
+from ecosim.core._reference import round_reference
+from ecosim.core.rounding_modes import MODES, RULES, Rounding
 from rounding_probes import F32_SPECIALS, F64_SPECIALS, bits_of, probe_points
 
 SMALL = [n for n in formats.names() if formats.get(n).bits <= 16]

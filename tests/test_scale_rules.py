@@ -1,5 +1,5 @@
-"""The block scale rules of ecosim.scale_rules: exact values of each rule at its edges (the zero
-block, the smallest-normal floor, E8M0's range, ties of the power-of-two rules), and the same
+"""The block scale rules of ecosim.core.scale_rules: exact values of each rule at its edges (the
+zero block, the smallest-normal floor, E8M0's range, ties of the power-of-two rules), and the same
 bits through NumPy's and torch's shims."""
 
 import numpy as np
@@ -7,8 +7,8 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from ecosim import Quantizer
-from ecosim.checks import NonFiniteError
-from ecosim.scale_rules import (NUMPY_SCALES, absmean_scales, block_scales, pow2_scales,
+from ecosim.core.checks import NonFiniteError
+from ecosim.core.scale_rules import (NUMPY_SCALES, absmean_scales, block_scales, pow2_scales,
                                 refuse_nonfinite)
 
 # Block maxima of an E4M3 quantizer (rho = 448, emax = 8): a zero block, exact multiples and

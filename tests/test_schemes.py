@@ -1,5 +1,5 @@
 """The scheme records (ecosim.optim.schemes): one registry that the optimizers, the memory
-accounting and the torch mirror all read, and the shared real-number checks (ecosim.checks)."""
+accounting and the torch mirror all read, and the shared real-number checks (ecosim.core.checks)."""
 import dataclasses
 import doctest
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ecosim import Quantizer, memory
-from ecosim.checks import check_positive, check_real
+from ecosim.core.checks import check_positive, check_real
 from ecosim.optim import ADAMW_SCHEMES, SCHEMES, adamw, muon, schemes, sgdm
 from ecosim.optim.schemes import Scheme, get, injection, names_for, torch_names_for
 

@@ -15,8 +15,8 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from ecosim import formats
-from ecosim._reference import round_reference
-from ecosim.rounding import quantize
+from ecosim.core._reference import round_reference
+from ecosim.core.rounding import quantize
 from rounding_probes import probe_points
 
 RULES = ("floor", "nearest")

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 import ecosim  # noqa: E402
 import ecosim.torch as et  # noqa: E402
 from ecosim import formats  # noqa: E402
-from ecosim.checks import NonFiniteError  # noqa: E402
+from ecosim.core.checks import NonFiniteError  # noqa: E402
 from rounding_probes import F32_SPECIALS, F64_SPECIALS, probe_points  # noqa: E402
 import oracles  # noqa: E402  (which oracle release has which defect)
 
@@ -67,7 +67,7 @@ def assert_same_bits(ours, ref) -> int:
 @pytest.mark.parametrize("device", DEVICES)
 def test_random_bits_equal_numpy(key, counter, size, device):
     got = et.random_bits(key, counter, size, device=device)
-    ref = ecosim.rng.random_bits(key, counter, size)
+    ref = ecosim.core.rng.random_bits(key, counter, size)
     assert got.dtype == torch.int64 and tuple(got.shape) == ref.shape
     assert int(got.min()) >= 0 and int(got.max()) < 2**32
     assert_array_equal(got.cpu().numpy(), ref.astype(np.int64))
@@ -77,7 +77,7 @@ def test_random_bits_pinned_and_sliceable():
     a = et.random_bits(0, 0, 10)
     assert a[:2].tolist() == [3202715171, 2082974666]  # the pinned stream of test_rng.py
     assert_array_equal(et.random_bits(0, 4, 6), a[4:])
-    assert et.fold_in is ecosim.rng.fold_in and et.split_key is ecosim.rng.split_key
+    assert et.fold_in is ecosim.core.rng.fold_in and et.split_key is ecosim.core.rng.split_key
 
 
 # -- quantize: parity on the probe sets of test_rounding.py ---------------------------------------

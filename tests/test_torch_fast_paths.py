@@ -15,7 +15,7 @@ import ecosim.torch as et  # noqa: E402
 import ecosim.torch.quantizer as tq  # noqa: E402
 import ecosim.torch.rounding as tr  # noqa: E402
 from ecosim import formats  # noqa: E402
-from ecosim.rounding import Rounding, plan  # noqa: E402
+from ecosim.core.rounding import Rounding, plan  # noqa: E402
 
 pytestmark = pytest.mark.torch
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)

@@ -164,7 +164,7 @@ def test_a_moment_that_overflows_into_a_data_dependent_scale_is_a_divergence():
     undefined and the quantizer raises NonFiniteError; train records a divergence (as the
     mlp_states sweep needs for this variant and seed) instead of raising."""
     from ecosim import experiments as E
-    from ecosim._checks import NonFiniteError, NonFiniteGradient
+    from ecosim.core.checks import NonFiniteError, NonFiniteGradient
 
     assert issubclass(NonFiniteGradient, NonFiniteError)
     exp = E.get("mlp_states")

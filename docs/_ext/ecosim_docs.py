@@ -60,7 +60,7 @@ THEORY = {
 
 # The README's generated blocks that are not a figure's table: (file under _generated/, source)
 GENERATED = {
-    "formats_table.md": "ecosim.catalog.markdown_table()",
+    "formats_table.md": "ecosim.core.catalog.markdown_table()",
     "memory_table.md": "ecosim.memory.markdown_table()",
     "lm_presets.md": "ecosim.torch.model.markdown_table()",
 }

@@ -34,8 +34,8 @@ from typing import ClassVar
 import numpy as np
 
 from .. import memory
-from ..formats import get as get_format
-from ..quantizer import Quantizer
+from ..core.formats import get as get_format
+from ..core.quantizer import Quantizer
 from . import lowprec as lp
 from .base import (Check, ConfigError, at_least, distinct, experiment, interval, non_negative,
                    nonempty, positive)

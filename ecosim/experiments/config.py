@@ -135,7 +135,7 @@ non_negative = interval("[0, inf)")
 """A finite number ``>= 0`` (noise levels, weight decay; keys: :data:`rng_key`)."""
 rng_key = Check("an integer key in [0, 2**64)",
                 lambda x: isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**64)
-"""A key of :mod:`ecosim.rng` (an integer below 2**64: a larger one would repeat another's
+"""A key of :mod:`ecosim.core.rng` (an integer below 2**64: a larger one would repeat another's
 streams)."""
 finite = Check("a finite number", lambda x: math.isfinite(float(x)))
 """Any finite number (no NaN, no infinity)."""

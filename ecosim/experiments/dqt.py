@@ -57,10 +57,11 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from .. import memory, recipes, rng
+from .. import memory, recipes
+from ..core import rng
 from ..optim import adamw, dqt as dqt_optimizer
 from ..problems import QuantizedForward, bitnet_quantizers
-from ..quantizer import Quantizer
+from ..core.quantizer import Quantizer
 from .base import at_least, distinct, experiment, non_negative, nonempty, one_of, positive
 from .mlp_methods import make_problem, run_training
 from .mlp_recipe import MLPRecipe

@@ -38,10 +38,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import recipes, rng
+from .. import recipes
+from ..core import rng
 from ..optim import adamw, sgdm
 from ..problems import MLP
-from ..quantizer import Quantizer
+from ..core.quantizer import Quantizer
 from ..recipes import weight_quantizer
 from ..train import initial_point, train
 from .base import at_least, distinct, experiment, interval, non_negative, nonempty, one_of, positive

@@ -17,11 +17,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import formats
+from ..core import formats
 from ..optim import adamw, warmup_cosine
 from ..problems import MLP
 from ..problems.mlp import QUANT_POLICIES
-from ..quantizer import Quantizer
+from ..core.quantizer import Quantizer
 from ..train import train
 from .base import (Check, Config, ConfigError, at_least, distinct, experiment, interval,
                    non_negative, nonempty, one_of, positive, rng_key)

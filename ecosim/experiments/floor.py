@@ -21,10 +21,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import rng, theory
+from ..core import rng
+from .. import theory
 from ..optim import SCHEMES, sgdm
 from ..problems import Quadratic
-from ..quantizer import Quantizer
+from ..core.quantizer import Quantizer
 from ..train import train
 from .base import (Config, ConfigError, at_least, distinct, experiment, interval, nonempty, one_of,
                    positive, rng_key)
@@ -68,7 +69,7 @@ def simulate_floor(scheme: str, lr: float, beta: float, *, mode: str = "sr", d: 
         key: the run's key.
         blocks: number of time blocks for the batch-means standard errors.
         nbits, sr_rule: SR with the low ``nbits`` of each random word and that count rule
-            (:class:`~ecosim.quantizer.Quantizer`).
+            (:class:`~ecosim.core.quantizer.Quantizer`).
 
     Returns:
         dict with ``ex2``, ``s2``, ``ratio`` (= ex2 / s2), their standard errors ``ex2_se``,

@@ -20,7 +20,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import rng, theory
+from ..core import rng
+from .. import theory
 from .base import (at_least, distinct, experiment, interval, nonempty, one_of, positive, rng_key,
                    stack_units)
 from .floor import FloorRun, check_stable

@@ -1,6 +1,6 @@
 """The data of figure 1: number grids, the SR rounding probability, RTN vs SR errors.
 
-Three small computations, all from :mod:`ecosim.formats` and :func:`ecosim.quantize`:
+Three small computations, all from :mod:`ecosim.core.formats` and :func:`ecosim.quantize`:
 
 * the finite values of a few formats (FP8 E4M3/E5M2, FP4 E2M1, INT4, ternary);
 * the probability that a value between two neighbours ``lo < hi`` of a grid rounds up, as a
@@ -20,8 +20,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import formats, rng
-from ..rounding import quantize
+from ..core import formats, rng
+from ..core.rounding import quantize
 from .base import (Config, ConfigError, at_least, experiment, interval, non_negative, nonempty,
                    rng_key)
 

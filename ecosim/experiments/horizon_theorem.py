@@ -27,12 +27,12 @@ Optimizers (per step ``t``, ``n = t + 1``, ``g`` the stochastic gradient at the 
   ``W = W - lr u`` with ``lr = muon_c / sqrt(T)``.
 
 Quantization: round to nearest (ties to even) onto ``M`` mantissa bits with float64's
-exponent range (``ecosim.formats.custom(11, M)``, mode ``"rtn"``), one buffer at a time: ``W``
+exponent range (``ecosim.core.formats.custom(11, M)``, mode ``"rtn"``), one buffer at a time: ``W``
 (stored quantized, no master copy), ``g`` (on entry to the step), ``m`` and ``v`` (as stored
 after their update; Muon has no ``v``). Every ``M`` from ``m_min`` to ``m_max`` is run. The
 rounding is :func:`round_mantissa`, a per-element-width version of that format's RTN on
 float64 bits (one call rounds every width at once); ``tests/test_horizon_theorem.py`` checks it
-bit for bit against :func:`ecosim.rounding.quantize` for every width.
+bit for bit against :func:`ecosim.core.rounding.quantize` for every width.
 
 Quantity: ``G = (1/T) sum_{t<T} ||grad f(W_t)||^2`` (the noise-free gradient at the stored
 iterates), per seed, and its ratio to the unquantized run (float64 arithmetic) of the same
@@ -49,7 +49,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import rng
+from ..core import rng
 from ..optim.muon import NS_COEFFICIENTS
 from .base import (Config, ConfigError, at_least, distinct, experiment, interval, non_negative,
                    nonempty, one_of, positive, rng_key)
@@ -81,7 +81,7 @@ def round_mantissa(x: np.ndarray, mantissa, *, _words=None) -> np.ndarray:
     """Round float64 ``x`` to nearest, ties to even, onto ``mantissa`` bits (1..51).
 
     The grid of ``custom(11, M)`` (float64's exponent range, subnormals), as
-    ``ecosim.rounding.quantize(x, custom(11, M), "rtn")`` gives it for finite ``x`` below its
+    ``ecosim.core.rounding.quantize(x, custom(11, M), "rtn")`` gives it for finite ``x`` below its
     largest value: the low ``52 - M`` bits of the float64 word are dropped with a carry that
     rounds to nearest and ties to the even code (a carry into the exponent is the next
     binade). ``mantissa`` broadcasts against ``x`` (one width per lane). +-0, +-inf stay as

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from .. import rng
+from ..core import rng
 from ..optim import adamw, muon, warmup_cosine
 from ..problems import MLP, Rosenbrock
 from ..optim.schemes import is_eco

@@ -36,8 +36,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..formats import custom
-from ..quantizer import Quantizer
+from ..core.formats import custom
+from ..core.quantizer import Quantizer
 from . import lowprec as lp
 from .base import (ConfigError, at_least, distinct, experiment, interval, non_negative, nonempty,
                    one_of)

@@ -48,7 +48,8 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from .. import memory, recipes, rng
+from .. import memory, recipes
+from ..core import rng
 from ..optim import adamw
 from ..problems import MLP
 from ..recipes import WEIGHT_FORMATS, method_label, weight_quantizer

@@ -30,9 +30,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import memory, recipes, rng
+from .. import memory, recipes
+from ..core import rng
 from ..optim import adamw, sgdm
-from ..quantizer import Quantizer
+from ..core.quantizer import Quantizer
 from .base import at_least, distinct, experiment, interval, nonempty, positive
 from .mlp_methods import make_problem, run_training, weight_quantizer
 from .mlp_recipe import MLPRecipe

@@ -19,7 +19,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import rng, theory
+from ..core import rng
+from .. import theory
 from ..optim import sgdm, warmup_cosine
 from ..problems import Quadratic
 from ..train import train

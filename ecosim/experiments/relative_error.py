@@ -23,17 +23,17 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import rng
-from ..formats import custom
-from ..formats import get as get_format
-from ..rounding import quantize
+from ..core import rng
+from ..core.formats import custom
+from ..core.formats import get as get_format
+from ..core.rounding import quantize
 from .base import (Config, ConfigError, at_least, distinct, experiment, nonempty, rng_key)
 
 __all__ = ["RelativeErrorConfig", "format_of", "relative_errors"]
 
 
 def format_of(name: str):
-    """A catalogued format, or ``eEmM`` built with :func:`ecosim.formats.custom`."""
+    """A catalogued format, or ``eEmM`` built with :func:`ecosim.core.formats.custom`."""
     if name.startswith("e") and "m" in name and name[1:].replace("m", "", 1).isdigit():
         e, m = name[1:].split("m")
         return custom(int(e), int(m))

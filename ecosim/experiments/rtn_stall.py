@@ -29,10 +29,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import rng, theory
+from ..core import rng
+from .. import theory
 from ..optim import sgdm
 from ..problems import Quadratic
-from ..quantizer import Quantizer
+from ..core.quantizer import Quantizer
 from ..train import initial_point, train
 from .base import (Config, at_least, experiment, finite, interval, non_negative, positive, rng_key,
                    stack_units)

@@ -26,10 +26,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import recipes, rng
+from .. import recipes
+from ..core import rng
 from ..optim import adamw
-from ..quantizer import Quantizer
-from ..rounding import SR_RULES
+from ..core.quantizer import Quantizer
+from ..core.rounding import SR_RULES
 from .base import at_least, distinct, experiment, interval, nonempty, one_of, positive
 from .floor import FloorRun, simulate_floor
 from .mlp_methods import make_problem, run_training

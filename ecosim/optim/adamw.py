@@ -71,8 +71,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ..checks import check_bool, check_positive
-from ..quantizer import Quantizer
+from ..core.checks import check_bool, check_positive
+from ..core.quantizer import Quantizer
 from .base import QuantizedOptimizer
 from .policies import check_beta
 from .schemes import Scheme, injection

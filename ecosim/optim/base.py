@@ -57,10 +57,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import rng
-from ..checks import NonFiniteGradient, check_bool, check_positive, native
-from ..quantizer import Quantizer
-from ..rounding import quantize
+from ..core import rng
+from ..core.checks import NonFiniteGradient, check_bool, check_positive, native
+from ..core.quantizer import Quantizer
+from ..core.rounding import quantize
 from . import catalog as optimizer_catalog
 from .diagnostics import StepDiagnostics
 from .policies import (ADAMW_SCHEMES, SCHEMES, check_beta, make_schedule, resolve_weights,

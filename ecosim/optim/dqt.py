@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..quantizer import Quantizer
+from ..core.quantizer import Quantizer
 from .adamw import AdamW
 from .sgdm import SGDM
 

@@ -30,7 +30,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ..quantizer import Quantizer
+from ..core.quantizer import Quantizer
 from .base import QuantizedOptimizer
 from .policies import check_beta
 

@@ -61,8 +61,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ..checks import check_bool, check_positive
-from ..quantizer import Quantizer
+from ..core.checks import check_bool, check_positive
+from ..core.quantizer import Quantizer
 from .adamw import AdamW, AdamWState
 from .base import QuantizedOptimizer
 from .sgdm import momentum_step

@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..formats import Format, get
-from ..quantizer import Quantizer
-from ..rounding import quantize
-from ..checks import check_real
+from ..core.formats import Format, get
+from ..core.quantizer import Quantizer
+from ..core.rounding import quantize
+from ..core.checks import check_real
 from . import catalog as optimizer_catalog
 from .schedules import as_schedule
 from .schemes import REGISTRY, is_eco, names_for
@@ -53,7 +53,7 @@ def state_quantizer(spec: Quantizer | Format | str | tuple) -> Quantizer:
     Args:
         spec: a :class:`~ecosim.Quantizer` (used as is: its mode applies), a format, or a
             pair ``(format, mode)`` with ``mode`` a name of
-            :data:`~ecosim.rounding_modes.MODES` (a format alone means RTN). A format of 16
+            :data:`~ecosim.core.rounding_modes.MODES` (a format alone means RTN). A format of 16
             bits or more (``"bf16"``, ``"fp16"``) or with an exponent field of 8 bits or more
             (the third reference's ``custom(8, M)``, any M) means a plain cast: the fixed
             scale 1, so the relative error is at most
@@ -62,7 +62,7 @@ def state_quantizer(spec: Quantizer | Format | str | tuple) -> Quantizer:
             flush the small values of ``v`` to zero.
 
     Example:
-        >>> from ecosim.formats import custom
+        >>> from ecosim.core.formats import custom
         >>> state_quantizer((custom(8, 3), "sr")).scale, state_quantizer("e4m3").granularity
         (1.0, 'row')
     """

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..checks import check_positive, check_real
+from ..core.checks import check_positive, check_real
 
 __all__ = [
     "Schedule",

@@ -64,8 +64,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ..checks import check_bool
-from ..quantizer import Quantizer
+from ..core.checks import check_bool
+from ..core.quantizer import Quantizer
 from .base import QuantizedOptimizer, StepContext
 from .schemes import Scheme, get, injection
 

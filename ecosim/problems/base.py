@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..checks import check_positive, check_real  # noqa: F401 - the problems' checks, shared
+from ..core.checks import check_positive, check_real  # noqa: F401 - the problems' checks, shared
 
 __all__ = ["Problem", "keyed_rng"]
 

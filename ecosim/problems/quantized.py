@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..quantizer import Quantizer
+from ..core.quantizer import Quantizer
 from .base import Problem
 from .mlp import MLP, DataBatch, activate, act_grad, loss_and_dout
 

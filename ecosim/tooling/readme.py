@@ -57,10 +57,10 @@ def peak_memory_table(results: str | Path) -> str:
 
 def _sources(figures_dir: Path) -> dict:
     from .. import memory
-    from ..catalog import markdown_table
+    from ..core.catalog import markdown_table
 
     src = {
-        "ecosim.catalog.markdown_table()": markdown_table,
+        "ecosim.core.catalog.markdown_table()": markdown_table,
         "ecosim.memory.markdown_table()": memory.markdown_table,
         "ecosim.tooling.readme.gallery()": gallery,
     }

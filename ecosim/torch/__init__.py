@@ -23,8 +23,8 @@ Public names:
     quantize: :func:`ecosim.quantize` for tensors (RTN and SR on every format, same bits).
     Quantizer, Encoded: :class:`ecosim.Quantizer` for tensors, with codes stored in real torch
         low-precision dtypes (``torch.float8_e4m3fn`` ..., int8, packed uint8).
-    random_bits: :func:`ecosim.rng.random_bits` as an int64 tensor of 32-bit words.
-    fold_in, split_key: key derivation, shared with :mod:`ecosim.rng`.
+    random_bits: :func:`ecosim.core.rng.random_bits` as an int64 tensor of 32-bit words.
+    fold_in, split_key: key derivation, shared with :mod:`ecosim.core.rng`.
     ECOSGD, ECOAdamW: the master/naive/ECO/exact-ECO/Kahan optimizers as torch optimizers,
         with low-precision states, bit-identical to :mod:`ecosim.optim` on the CPU in float32
         (:mod:`ecosim.torch.optim`).

@@ -1,4 +1,4 @@
-"""torch's word shim for the rules of :mod:`ecosim.bitops`.
+"""torch's word shim for the rules of :mod:`ecosim.core.bitops`.
 
 torch has no usable unsigned 32-bit arithmetic (``torch.uint32`` lacks add and shifts in 2.x,
 and its multiply is not vectorized), so the words are **int32 (or int64) tensors holding the

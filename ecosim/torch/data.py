@@ -18,7 +18,7 @@ Splits and batches are pure functions:
   rest to training (interleaved, so validation covers the whole corpus, and independent of
   any seed);
 * a batch is ``batch`` windows of ``seq + 1`` bytes at offsets drawn from the counter-based
-  generator of :mod:`ecosim.rng` under a key (``fold_in(seed, "train", step, micro)`` in
+  generator of :mod:`ecosim.core.rng` under a key (``fold_in(seed, "train", step, micro)`` in
   training), so the data position of a run is just its step: nothing to save, and any process
   can draw any micro-batch.
 
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import rng
+from ..core import rng
 
 __all__ = ["Corpus", "CorpusError", "SPLIT_BLOCK", "STDLIB", "VAL_EVERY", "corpus_files",
            "default_corpus_path", "get_batch", "load_corpus", "split"]
@@ -201,7 +201,7 @@ def get_batch(tokens: torch.Tensor, batch: int, seq: int, key: int,
     """``batch`` windows of ``seq`` inputs and their next-byte targets, drawn under ``key``.
 
     Offsets are uniform over ``[0, n - seq - 1]`` (``n`` the split's length), each from two
-    32-bit words of :func:`ecosim.rng.random_bits` (a 64-bit draw, so the modulo bias is below
+    32-bit words of :func:`ecosim.core.rng.random_bits` (a 64-bit draw, so the modulo bias is below
     ``n / 2**64``): the batch is a pure function of ``(tokens, batch, seq, key)``.
 
     Returns:

@@ -116,7 +116,7 @@ import warnings
 
 import torch
 
-from ..checks import check_bool, check_positive
+from ..core.checks import check_bool, check_positive
 from ..optim.adamw import schedule_guard_lr
 from ..optim.schemes import get as get_scheme
 from ..optim.schemes import injection
@@ -190,7 +190,7 @@ class ECOSGD(ECOBase):
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, *, scheme="eco",
                  weights=None, key=0, nesterov=False, heavy_ball=True, states=None,
                  diagnostics=False):
-        # the NumPy optimizers' checks (ecosim.optim.policies, ecosim.checks)
+        # the NumPy optimizers' checks (ecosim.optim.policies, ecosim.core.checks)
         momentum = check_beta(momentum, "momentum", scheme)
         weight_decay = check_positive(weight_decay, "weight_decay", allow_zero=True)
         self.nesterov = check_bool(nesterov, "nesterov")
@@ -341,7 +341,7 @@ class ECOAdamW(ECOBase):
                  compile=False, diagnostics=False, schedule_guard=False, lr_schedule=None):
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise ValueError(f"betas must be a pair (b1, b2), got {betas!r}")
-        # the NumPy optimizers' checks (ecosim.optim.policies, ecosim.checks)
+        # the NumPy optimizers' checks (ecosim.optim.policies, ecosim.core.checks)
         b1, b2 = (float(b) if isinstance(b, torch.Tensor) and b.numel() == 1 else b
                   for b in betas)  # torch.optim takes one-element tensors too
         b1 = check_beta(b1, "betas[0]", scheme)

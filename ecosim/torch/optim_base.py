@@ -20,8 +20,8 @@ from collections.abc import Mapping
 
 import torch
 
-from .. import rng
-from ..checks import NonFiniteGradient, check_bool
+from ..core import rng
+from ..core.checks import NonFiniteGradient, check_bool
 from ..optim import catalog as optimizer_catalog
 from ..optim.base import resolve_states as _np_resolve_states
 from ..optim.base import weights_dict

@@ -5,7 +5,7 @@ to dequantized values, or to :class:`Encoded` codes in real low-precision torch 
 (``torch.float8_e4m3fn`` ..., int8, packed uint8) and back, on any device. On the CPU every
 output equals the NumPy quantizer's bit for bit:
 
-- scales: the rules of :mod:`ecosim.scale_rules`, the ones NumPy runs, through torch's shim
+- scales: the rules of :mod:`ecosim.core.scale_rules`, the ones NumPy runs, through torch's shim
   (:mod:`ecosim.torch.scales`: an absmax divided by ``rho`` in the input's float type;
   power-of-two scales from exponent bits, not logarithms);
 - absmean: a mean in float64 *summed in NumPy's order* (pairwise summation with 8-way
@@ -34,13 +34,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import quantizer as _np_quantizer
-from ..checks import native, scale_error
-from ..formats import Format, get
-from ..rounding import SRC_F32 as _F32
-from ..rounding_modes import Rounding
-from ..rounding import SRC_F64 as _F64
-from ..scale_rules import absmean_scales, block_scales, refuse_nonfinite
+from ..core import quantizer as _np_quantizer
+from ..core.checks import native, scale_error
+from ..core.formats import Format, get
+from ..core.rounding import SRC_F32 as _F32
+from ..core.rounding_modes import Rounding
+from ..core.rounding import SRC_F64 as _F64
+from ..core.scale_rules import absmean_scales, block_scales, refuse_nonfinite
 from .numerics import numpy_mean, scalar
 from .scales import TORCH_SCALES
 from .rng import bits_chunk_size, chunk_size
@@ -159,7 +159,7 @@ class Quantizer(_np_quantizer.QuantizerConfig):
             amax = xd.abs().amax(dim=axes, keepdim=True)
         else:
             amax = xd.abs()
-        # The rule (ecosim.scale_rules): constants rounded to dt, a nonzero block's scale at
+        # The rule (ecosim.core.scale_rules): constants rounded to dt, a nonzero block's scale at
         # least the smallest normal, a block of zeros s = 1.
         refuse_nonfinite(amax, xb, TORCH_SCALES)  # amax propagates NaN (and inf)
         tiny = scalar(torch.finfo(dt).tiny, dt, xb.device)
@@ -342,7 +342,7 @@ def _src_of(t: torch.Tensor):
 
 
 def encode_bits(values: torch.Tensor, fmt: Format, *, check: bool = True) -> torch.Tensor:
-    """int64 raw codes of on-grid values (:func:`ecosim.formats.encode_bits` for tensors).
+    """int64 raw codes of on-grid values (:func:`ecosim.core.formats.encode_bits` for tensors).
 
     NaN maps to the format's NaN code (keeping the sign where the format has two), +-inf to
     the inf codes. Values off the grid raise ValueError (quantize them first); ``check=False``
@@ -426,7 +426,7 @@ def _encode_chunk(v: torch.Tensor, fmt: Format, check: bool) -> torch.Tensor:
 
 def decode_bits(codes: torch.Tensor, fmt: Format, dtype: torch.dtype) -> torch.Tensor:
     """Values of raw integer codes as ``dtype`` (float32 or float64), exactly as NumPy's
-    :func:`ecosim.formats.decode_bits` followed by a cast: NaN codes give the positive quiet
+    :func:`ecosim.core.formats.decode_bits` followed by a cast: NaN codes give the positive quiet
     NaN, invalid integer codes NaN."""
     c = codes.reshape(-1)
     out = torch.empty(c.shape, dtype=dtype, device=c.device)

@@ -1,8 +1,8 @@
-"""Torch mirror of :mod:`ecosim.rng`: the same counter-based bits, on any device.
+"""Torch mirror of :mod:`ecosim.core.rng`: the same counter-based bits, on any device.
 
 Element ``i`` of a stream is ``h(key, counter + i)``, computed by the very function NumPy's
-:func:`ecosim.rng.fill_bits` calls (:func:`ecosim.bitops.hash_block`: two rounds of the 32-bit
-lowbias32 mixer keyed by the SplitMix64 words of the key, 64-bit counter split into low and
+:func:`ecosim.core.rng.fill_bits` calls (:func:`ecosim.core.bitops.hash_block`: two rounds of the
+32-bit lowbias32 mixer keyed by the SplitMix64 words of the key, 64-bit counter split into low and
 high 32-bit words), so NumPy and torch give the same uint32 values for the same
 ``(key, counter)``.
 
@@ -21,7 +21,7 @@ run one thread: on small, busy machines OpenMP's hand-offs cost more than a seco
 gave). Other devices take one chunk.
 
 Key derivation (:func:`fold_in`, :func:`split_key`, :func:`as_key`) is host-side Python-int
-work and is re-exported from :mod:`ecosim.rng` unchanged.
+work and is re-exported from :mod:`ecosim.core.rng` unchanged.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import numbers
 
 import torch
 
-from ..bitops import hash_block
-from ..rng import (GOLDEN32, as_counter, as_key, counter_blocks, fold_in, mix32_int, seed_of,
-                   split_key)
+from ..core.bitops import hash_block
+from ..core.rng import (GOLDEN32, as_counter, as_key, counter_blocks, fold_in, mix32_int, seed_of,
+                        split_key)
 from .bitops import TORCH_WORDS
 
 __all__ = ["random_bits", "fold_in", "split_key", "as_key"]
@@ -54,7 +54,7 @@ def bits_chunk_size(device: torch.device, n: int) -> int:
 
 
 def _blocks(counter: int, n: int, step: int):
-    """:func:`ecosim.rng.counter_blocks`, also cut where the low word reaches ``2**31``."""
+    """:func:`ecosim.core.rng.counter_blocks`, also cut where the low word reaches ``2**31``."""
     for pos, m, lo, hi in counter_blocks(counter, n, step):
         if lo < 1 << 31 < lo + m:
             k = (1 << 31) - lo
@@ -68,7 +68,7 @@ def fill_bits32(seed: int, counter: int, out: torch.Tensor, work=None) -> torch.
     """Write the words of counters ``counter .. counter+out.numel()-1`` (mod 2**64) into the
     contiguous int32 ``out``, as the int32 values with the same 32 bits.
 
-    ``seed`` is :func:`~ecosim.rng.seed_of` of the key. As in NumPy, blocks are cut where the
+    ``seed`` is :func:`~ecosim.core.rng.seed_of` of the key. As in NumPy, blocks are cut where the
     high counter word changes, so each uses one constant high-word key. ``work`` (from
     :func:`make_work`) saves re-allocating work space when called once per chunk.
     """
@@ -109,7 +109,7 @@ def make_work(device, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 def random_bits(key, counter: int = 0, size: int | tuple = 1, *, device=None) -> torch.Tensor:
     """Uniform random 32-bit words for counters ``counter, counter+1, ...`` under ``key``.
 
-    The values equal :func:`ecosim.rng.random_bits` ``(key, counter, size)`` element for
+    The values equal :func:`ecosim.core.rng.random_bits` ``(key, counter, size)`` element for
     element.
 
     Args:
@@ -125,7 +125,7 @@ def random_bits(key, counter: int = 0, size: int | tuple = 1, *, device=None) ->
     Example:
         >>> import ecosim
         >>> a = random_bits(7, 0, 10)
-        >>> a.tolist() == ecosim.rng.random_bits(7, 0, 10).tolist()
+        >>> a.tolist() == ecosim.core.rng.random_bits(7, 0, 10).tolist()
         True
         >>> bool((random_bits(7, 4, 6) == a[4:]).all())
         True

@@ -1,13 +1,13 @@
 """Torch mirror of :func:`ecosim.quantize`: the same RTN and SR, bit for bit, on any device.
 
-The algorithm is :mod:`ecosim.rounding`'s, on the bit pattern of the working float (float32
+The algorithm is :mod:`ecosim.core.rounding`'s, on the bit pattern of the working float (float32
 for float32/float16/bfloat16 input, float64 for float64): above the format's smallest normal,
 rounding is "add a carry to the kept bits and truncate", the one rule both backends run
-(:func:`ecosim.bitops.round_bits`, through torch's word shim); below it, the input is a uniform grid
-point count and is rounded with integer shifts (:func:`ecosim.gridrules.small_values`, the rule
-NumPy's faster path is tested against; integer formats: :func:`ecosim.gridrules.int_grid_bits`).
-The plan constants (bit patterns of max, inf, the smallest normal) come from the NumPy module
-itself, so both backends use one set of numbers.
+(:func:`ecosim.core.bitops.round_bits`, through torch's word shim); below it, the input is a uniform
+grid point count and is rounded with integer shifts (:func:`ecosim.core.gridrules.small_values`, the
+rule NumPy's faster path is tested against; integer formats:
+:func:`ecosim.core.gridrules.int_grid_bits`). The plan constants (bit patterns of max, inf, the
+smallest normal) come from the NumPy module itself, so both backends use one set of numbers.
 
 Integers, not floats, do the work, but for the two CPU fast paths named below, which are taken only
 where a flush-to-zero mode cannot change their result either. The float32 kernel runs in int32 and
@@ -31,7 +31,7 @@ chunks take the general path. SR's few inputs below the smallest normal are gath
 the CPU, rounded by exact power-of-two scaling and integer carries
 (:func:`_small_sr_by_scaling`). Random bits for ``key=``: element ``i`` (C order) uses counter
 ``counter + i``, exactly as in NumPy; float32 work takes them as int32 words, on the CPU from
-NumPy's own generator (:func:`ecosim.rng.fill_bits`, writing into the tensor's memory: the same
+NumPy's own generator (:func:`ecosim.core.rng.fill_bits`, writing into the tensor's memory: the same
 words at a fraction of the per-call overhead of torch ops), elsewhere from
 :mod:`ecosim.torch.rng`.
 """
@@ -42,13 +42,13 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from .. import gridrules
-from ..bitops import finish_bits, round_bits
-from ..checks import native
-from ..formats import Format, get
-from ..rng import fill_bits, seed_and_counter
-from ..rounding import Plan, prepare, representable, src_for, unrepresentable
-from ..rounding_modes import MODES, Rounding
+from ..core import gridrules
+from ..core.bitops import finish_bits, round_bits
+from ..core.checks import native
+from ..core.formats import Format, get
+from ..core.rng import fill_bits, seed_and_counter
+from ..core.rounding import Plan, prepare, representable, src_for, unrepresentable
+from ..core.rounding_modes import MODES, Rounding
 from . import rng as trng
 from .bitops import TORCH_WORDS, const
 
@@ -77,12 +77,12 @@ def quantize(x, fmt: Format | str, mode: str | Rounding = "rtn", *, rbits=None, 
     Args:
         x: float16, bfloat16, float32 or float64 tensor on any device (anything else is passed
             through ``numpy.asarray`` first, so Python floats become float64).
-        fmt: a :class:`~ecosim.formats.Format` or a name (``"e4m3"``, ``"bf16"``, ``"int4"``).
+        fmt: a :class:`~ecosim.core.formats.Format` or a name (``"e4m3"``, ``"bf16"``, ``"int4"``).
         mode: ``"rtn"`` (nearest, ties to an even code; E8M0 ties away), ``"sr"`` (the
             magnitude goes up iff ``r + floor(p * 2**nbits) >= 2**nbits``, with ``r`` the low
             ``nbits`` of the random word and ``p`` the position between the neighbours), any
-            other name of :data:`~ecosim.rounding_modes.MODES`, or a
-            :class:`~ecosim.rounding_modes.Rounding`.
+            other name of :data:`~ecosim.core.rounding_modes.MODES`, or a
+            :class:`~ecosim.core.rounding_modes.Rounding`.
         rbits: random bits for SR: an integer tensor (or array) of ``x``'s shape with
             non-negative values (int64 holding words below 2**32, as
             :func:`ecosim.torch.rng.random_bits` returns, or any torch integer dtype; only the
@@ -221,7 +221,7 @@ def run_chunks(plan: Plan, b, out: torch.Tensor, bits_src, scaled=None) -> None:
                 r = _part(bits_src[1], lo, hi)
             elif cpu_words:
                 # NumPy's generator writing into the same memory: the same words (both are
-                # ecosim.rng's hash), at a fraction of the per-call overhead of torch's ops
+                # ecosim.core.rng's hash), at a fraction of the per-call overhead of torch's ops
                 r = _part(buf, 0, hi - lo)
                 fill_bits(bits_src[1], bits_src[2] + lo, r.numpy().view(np.uint32))
             else:
@@ -343,7 +343,7 @@ def from_work_bits(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _float_kernel(plan: Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws,
                   magic: bool = False, bounded: bool = False) -> torch.Tensor:
-    """Rounded bits of the working-float bits ``b`` into ``r`` (ecosim.rounding.float_kernel).
+    """Rounded bits of the working-float bits ``b`` into ``r`` (ecosim.core.rounding.float_kernel).
 
     ``ws`` is scratch space: two buffers of ``b``'s size and dtype (reused across chunks: fresh CPU
     temporaries cost a page fault per 4 KiB). ``rbits`` (SR) are int64 words or int32 ones (two's
@@ -368,7 +368,7 @@ def _float_kernel(plan: Plan, b: torch.Tensor, r: torch.Tensor, rbits, ws,
         # No NaN or inf, and nothing rounds past max (plan.hi: max plus the mode's headroom),
         # so the carry never reaches the sign bit: round the bits with their sign (`r` is then
         # final wherever the input is at least the smallest normal), with NumPy's rule
-        # (ecosim.bitops), skipping the overflow, sign and NaN rules of _finish. RTN
+        # (ecosim.core.bitops), skipping the overflow, sign and NaN rules of _finish. RTN
         # with ties away from zero (E8M0's) takes the general path.
         round_bits(plan, b, r, rbits, TORCH_WORDS)
     else:
@@ -416,7 +416,7 @@ def _round_by_add(plan: Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor,
 
 def _finish(plan: Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor, t=None) -> None:
     """Overflow, sign, -0 and NaN rules on rounded magnitudes ``r`` of inputs ``b`` (in place):
-    NumPy's rule, :func:`ecosim.bitops.finish_bits`.
+    NumPy's rule, :func:`ecosim.core.bitops.finish_bits`.
 
     ``a`` holds the input magnitude bits; ``t`` is optional scratch space like ``r``.
     """
@@ -426,7 +426,7 @@ def _finish(plan: Plan, b: torch.Tensor, a: torch.Tensor, r: torch.Tensor, t=Non
 
 def pow2_bits(n: torch.Tensor, e, src) -> torch.Tensor:
     """int64 bits, in the working float ``src``, of the exact value ``n * 2**e``
-    (:func:`ecosim.gridrules.pow2_bits` on torch tensors)."""
+    (:func:`ecosim.core.gridrules.pow2_bits` on torch tensors)."""
     return gridrules.pow2_bits(n, e, src, TORCH_WORDS)
 
 
@@ -459,5 +459,5 @@ def _small_sr_by_scaling(plan: Plan, a: torch.Tensor, rbits: torch.Tensor) -> to
 
 
 def _int_kernel(plan: Plan, b: torch.Tensor, r: torch.Tensor, rbits) -> None:
-    """Integer grids: :func:`ecosim.gridrules.int_grid_bits`, into ``r``."""
+    """Integer grids: :func:`ecosim.core.gridrules.int_grid_bits`, into ``r``."""
     gridrules.int_grid_bits(plan, b, r, rbits, TORCH_WORDS)

@@ -1,4 +1,4 @@
-"""torch's shim for the block scale rules of :mod:`ecosim.scale_rules` (:data:`TORCH_SCALES`).
+"""torch's shim for the block scale rules of :mod:`ecosim.core.scale_rules` (:data:`TORCH_SCALES`).
 
 The rules (which scale a block takes, in which dtype, the clamps, E8M0's range, the zero block)
 are written once there; this module supplies torch's spelling of the operations they use:
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from ..gridrules import ilog2
-from ..rounding import SRC_F32 as _F32
-from ..rounding import SRC_F64 as _F64
+from ..core.gridrules import ilog2
+from ..core.rounding import SRC_F32 as _F32
+from ..core.rounding import SRC_F64 as _F64
 from .bitops import TORCH_WORDS
 from .numerics import scalar
 from .rounding import pow2_bits, quantize, to_work_bits
@@ -42,7 +42,7 @@ def _frexp(v: torch.Tensor, half: bool = True):
 
 
 class TorchScales:
-    """The scale shim of torch (the protocol is in :mod:`ecosim.scale_rules`): constants are
+    """The scale shim of torch (the protocol is in :mod:`ecosim.core.scale_rules`): constants are
     :func:`scalar`'s cached 0-dim tensors on the operand's device, ``frexp`` and ``pow2`` work
     on exponent bits."""
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ... import quantizer as _np_quantizer
+from ...core import quantizer as _np_quantizer
 from ... import recipes
 from ...optim.schedules import WarmupCosine
 from .. import data as _data

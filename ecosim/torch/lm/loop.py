@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ... import rng
+from ...core import rng
 from ...optim.schedules import WarmupCosine
 from .. import data as _data
 from ..bitnet import bitnet_linears

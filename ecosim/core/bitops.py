@@ -23,11 +23,11 @@ A shim has:
   integer dtype, or the rounded bits themselves; a signed word's bits are its two's
   complement), as the words of ``out``, written there.
 
-The rules of :mod:`ecosim.gridrules` (uniform grids: below the smallest normal, integer
+The rules of :mod:`ecosim.core.gridrules` (uniform grids: below the smallest normal, integer
 formats) also use ``xp`` (the array library), ``clip``, ``cast``, ``int64``, ``float64``,
 ``floats``, ``float_const`` and ``select``, which that module describes.
 
-Used by :mod:`ecosim.rng` and :mod:`ecosim.rounding` and by their torch counterparts.
+Used by :mod:`ecosim.core.rng` and :mod:`ecosim.core.rounding` and by their torch counterparts.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def hash_block(x, base, lo: int, k0: int, k1: int, t, ops) -> None:
     word): ``mix32(mix32(lo + i ^ k0) ^ k1)``, into the 32-bit words ``x``.
 
     ``base`` holds ``0, 1, ...`` (at least ``x``'s size) and ``t`` is scratch like ``x``. The
-    words of ``x`` are of the shim's kind (:mod:`ecosim.rng` gives the construction).
+    words of ``x`` are of the shim's kind (:mod:`ecosim.core.rng` gives the construction).
     """
     ops.add(base[:x.shape[0]], lo, x)
     x ^= ops.word(k0, x)
@@ -172,7 +172,7 @@ def add_rounding(plan, a, r, rbits, ops) -> None:
     """Write into ``r`` the bits ``a`` plus what rounds them when ``plan.sh`` low bits are
     dropped: truncating ``r`` afterwards gives the rounded magnitude (a carry out of the dropped
     bits is the step up, and it carries into the exponent). What is added is the mode's
-    (:meth:`ecosim.rounding_modes.ModeRule.addend`: half a step for RTN, the scaled random word
+    (:meth:`ecosim.core.rounding_modes.ModeRule.addend`: half a step for RTN, the scaled random word
     for SR).
 
     ``a`` is magnitude bits, or the bits with their sign where the caller knows no carry reaches
@@ -215,7 +215,7 @@ def finish_bits(plan, sign, a, r, ops, no_over: bool = False) -> None:
 
     Past max after rounding (inf and NaN inputs land there too): ``+-max`` when saturating or
     when the format has no NaN (and a finite input under a mode whose overflow goes to max,
-    :attr:`ecosim.rounding_modes.ModeRule.overflow_to_max`), inf where it has one, NaN
+    :attr:`ecosim.core.rounding_modes.ModeRule.overflow_to_max`), inf where it has one, NaN
     otherwise. The sign goes back on
     (fnuz formats have no -0). NaN inputs, and for an unsigned format negatives and zero, take
     :func:`nan_words`. ``sign`` is overwritten. ``no_over``: the caller knows that nothing

@@ -6,8 +6,8 @@ grid (int8, int4, int2, ternary). Everything else is derived from the fields: th
 properties (``max``, ``smallest_normal``, ``eps`` ...), the enumerated values, and the
 bit-level encoding used for real low-precision storage.
 
-The record itself and its bit-level codec live in :mod:`ecosim.format_record`, the named
-formats in :mod:`ecosim.catalog` (built from the record); this module looks them up
+The record itself and its bit-level codec live in :mod:`ecosim.core.format_record`, the named
+formats in :mod:`ecosim.core.catalog` (built from the record); this module looks them up
 (:func:`get`, :func:`names`) and re-exports :class:`Format`, so imports flow one way:
 ``format_record -> catalog -> formats``. Rounding onto a grid is :func:`ecosim.quantize`.
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from .catalog import FORMATS, lookup
 from .format_record import Format, decode_bits, encode_bits
-from .format_record import nan_code_of  # noqa: F401  (ecosim.rounding's NaN codes)
+from .format_record import nan_code_of  # noqa: F401  (ecosim.core.rounding's NaN codes)
 
 __all__ = ["Format", "custom", "get", "names", "encode", "decode", "pack", "unpack"]
 
@@ -82,7 +82,7 @@ def get(name: str | Format) -> Format:
     fmt = lookup(name)
     if fmt is None:
         raise ValueError(f"unknown format {name!r}; valid names: {', '.join(names(aliases=True))}"
-                         f" (or build one with ecosim.formats.custom)")
+                         f" (or build one with ecosim.core.formats.custom)")
     assert fmt.name in FORMATS
     return fmt
 

@@ -3,9 +3,9 @@ enumerated values, and the bit-level codec (:func:`decode_bits`, :func:`encode_b
 on.
 
 The bottom of the formats layer, importing nothing of ecosim but argument checks:
-:mod:`ecosim.catalog` builds the named formats from it, and :mod:`ecosim.formats` (the public
-module: lookups by name, custom formats, storage) re-exports it. The special-value conventions
-(``nan`` field) are described in :mod:`ecosim.formats`.
+:mod:`ecosim.core.catalog` builds the named formats from it, and :mod:`ecosim.core.formats`
+(the public module: lookups by name, custom formats, storage) re-exports it. The special-value
+conventions (``nan`` field) are described in :mod:`ecosim.core.formats`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ._checks import check_bool
+from .checks import check_bool
 
 __all__ = ["Format", "decode_bits", "encode_bits"]
 

@@ -12,12 +12,12 @@ magnitude), both already reduced by the backend in the scales' dtype (float32 or
   from exponent bits (frexp), never from logarithms, and clamped to E8M0's range
   ``[-127, 127]``;
 - ``"absmean"``: the float64 mean of ``|x|`` rounded to the scales' dtype, at least ``tiny``;
-  a mean that overflows that dtype is refused (:func:`ecosim.checks.scale_error`);
+  a mean that overflows that dtype is refused (:func:`ecosim.core.checks.scale_error`);
 - a block of zeros gets ``s = 1`` under every rule; NaN or inf input (seen as a non-finite
   ``amax``) is refused, since a data-dependent scale from it is meaningless.
 
-The rules take a *scale shim* ``ops`` (the pattern of :mod:`ecosim.bitops`' word shims) for what
-the two libraries spell differently: :data:`NUMPY_SCALES` here and
+The rules take a *scale shim* ``ops`` (the pattern of :mod:`ecosim.core.bitops`' word shims) for
+what the two libraries spell differently: :data:`NUMPY_SCALES` here and
 ``ecosim.torch.scales.TORCH_SCALES``. A shim has:
 
 - ``const(v, like)``: the Python float ``v`` rounded to the dtype of ``like``, as an operand
@@ -36,7 +36,7 @@ the two libraries spell differently: :data:`NUMPY_SCALES` here and
 - ``quantize(x, fmt)``: the backend's RTN :func:`~ecosim.quantize`.
 
 How the maxima and means are reduced (fused row passes, NumPy's summation order in torch) stays
-in the backends; used by :mod:`ecosim.quantizer` and :mod:`ecosim.torch.quantizer`.
+in the backends; used by :mod:`ecosim.core.quantizer` and :mod:`ecosim.torch.quantizer`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from functools import lru_cache, partial
 
 import numpy as np
 
-from ._checks import scale_error
+from .checks import scale_error
 from .formats import get
 from .rounding import quantize as _np_quantize
 
@@ -65,7 +65,7 @@ def _e8m0_even():
 
 
 def refuse_nonfinite(amax, xb, ops) -> None:
-    """Raise :func:`~ecosim.checks.scale_error` when a block maximum ``amax`` of the blocked
+    """Raise :func:`~ecosim.core.checks.scale_error` when a block maximum ``amax`` of the blocked
     input ``xb`` is not finite (NaN and inf propagate through ``|x|`` and the maxima)."""
     if not math.isfinite(ops.peak(amax)):
         raise scale_error(ops.count_nonfinite(xb), xb.dtype)
@@ -79,7 +79,7 @@ def absmax_scales(amax, rho, tiny, ops):
 
 def pow2_scales(amax, q, ops):
     """Power-of-two scales of finite block maxima ``amax`` under ``q.pow2`` (``q`` a
-    :class:`~ecosim.quantizer.QuantizerConfig`), clamped to :data:`E8M0_RANGE`; 1 for a block
+    :class:`~ecosim.core.quantizer.QuantizerConfig`), clamped to :data:`E8M0_RANGE`; 1 for a block
     of zeros."""
     if q.pow2 == "floor":  # OCP MX: 2**(floor(log2 amax) - emax)
         e = ops.exponent(amax) - (1 + q.fmt.emax)

@@ -1,10 +1,10 @@
 """The rounding kernel's results as the format's codes (bit patterns), without the values.
 
-:func:`code_kernel` is :func:`ecosim.rounding.quantize`'s kernel with a different last step: the
-rounded magnitude, shifted right by the dropped bits, is already the format's exponent and
+:func:`code_kernel` is :func:`ecosim.core.rounding.quantize`'s kernel with a different last step:
+the rounded magnitude, shifted right by the dropped bits, is already the format's exponent and
 mantissa fields up to a bias difference, so :class:`ecosim.Quantizer` (``encode``) gets real
 low-precision storage in the same chunked pass as the rounding, bit-identical to
-:func:`ecosim.formats.encode` of the rounded values. The inputs off that fast path (below the
+:func:`ecosim.core.formats.encode` of the rounded values. The inputs off that fast path (below the
 smallest normal, past max, inf, NaN) are rounded by the value kernel and converted
 (:func:`candidate_codes`, :func:`_codes_of_bits`). The storage of codes (packing 2- and 4-bit
 codes into bytes, the tables that decode them) is here as well.
@@ -127,10 +127,10 @@ def _codes_of_bits(plan: Plan, vb: np.ndarray) -> np.ndarray:
     minus the bias difference; a subnormal one is its integer multiple of ``2**qexp`` (the
     significand shifted by the exponent difference); a format laid out as the working dtype
     (same exponent width and bias: bfloat16 and E8M0 in float32) keeps ``a >> (S - M)`` for
-    every finite value. NaN and inf take the format's codes (:func:`ecosim.formats.encode_bits`
+    every finite value. NaN and inf take the format's codes (:func:`ecosim.core.formats.encode_bits`
     conventions); NaN in a format without one, or a value off the grid, raises ValueError.
     Values below the working dtype's smallest normal in a format laid out otherwise (no catalogued
-    format in float32 or float64) go through :func:`ecosim.formats.encode_bits`.
+    format in float32 or float64) go through :func:`ecosim.core.formats.encode_bits`.
     """
     from .formats import nan_code_of, encode_bits
 
@@ -206,7 +206,7 @@ def _int_code_kernel(plan: Plan, x: np.ndarray, codes: np.ndarray, rbits) -> Non
 
 # -- storage of codes (ecosim.Quantizer.encode and decode) -------------------------------------
 def pack_codes(codes: np.ndarray, bits: int, n: int) -> np.ndarray:
-    """:func:`ecosim.formats.pack` of the first ``n`` codes (``codes`` holds zeros after them
+    """:func:`ecosim.core.formats.pack` of the first ``n`` codes (``codes`` holds zeros after them
     and at least 3 more elements), by shifts of 16- or 32-bit words."""
     per = 8 // bits
     m = -(-n // per)  # bytes
@@ -220,8 +220,8 @@ def pack_codes(codes: np.ndarray, bits: int, n: int) -> np.ndarray:
 
 
 def code_values(codes: np.ndarray, fmt: Format, work: np.dtype) -> np.ndarray:
-    """:func:`~ecosim.formats.decode_bits` of ``codes`` in ``work`` (a NaN code gives the
-    positive quiet NaN, as :func:`ecosim.formats.decode` and the torch backend give it)."""
+    """:func:`~ecosim.core.formats.decode_bits` of ``codes`` in ``work`` (a NaN code gives the
+    positive quiet NaN, as :func:`ecosim.core.formats.decode` and the torch backend give it)."""
     return decode_bits(np.asarray(codes).astype(np.int64), fmt).astype(work)
 
 

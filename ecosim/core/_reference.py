@@ -1,6 +1,6 @@
 """Slow, obviously-correct reference for the rounding rules of docs/theory.md §2 (tests only).
 
-It shares nothing with :mod:`ecosim.rounding`'s bit manipulation: it enumerates the format's
+It shares nothing with :mod:`ecosim.core.rounding`'s bit manipulation: it enumerates the format's
 finite values, finds the two neighbours of ``|x|`` by search, and decides with exact float64
 arithmetic. Exactness: the neighbours satisfy ``lo <= |x| < hi <= 2*lo`` (or ``lo = 0``), so
 ``|x| - lo`` and ``hi - |x|`` are exact by Sterbenz's lemma, and ``hi - lo`` is a power of two,

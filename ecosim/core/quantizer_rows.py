@@ -77,7 +77,7 @@ def row_absmax(X2: np.ndarray, i0: int, i1: int, amax: np.ndarray, ubuf: np.ndar
 
 
 def signed_float_rtn(plan, y: np.ndarray, c: np.ndarray, ubuf: np.ndarray, defer=False):
-    """:func:`ecosim.rounding.round_kernel` (RTN, ``no_over``) of ``y`` into ``c`` for a float
+    """:func:`ecosim.core.rounding.round_kernel` (RTN, ``no_over``) of ``y`` into ``c`` for a float
     format with ``-0`` (signed, not fnuz), on the bits with their sign.
 
     With ``no_over`` (no ``|y|`` above ``plan.hi``, no NaN) the carry of the rounding never
@@ -130,14 +130,14 @@ def _split_factor(plan):
 
 def small_bits(plan, ys: np.ndarray) -> np.ndarray:
     """The rounded bits, sign included, of inputs ``ys`` below the smallest normal
-    (:func:`ecosim.rounding.small_magnitudes` of their magnitudes, and their sign bits)."""
+    (:func:`ecosim.core.rounding.small_magnitudes` of their magnitudes, and their sign bits)."""
     udt = plan.src.udtype
     return small_magnitudes(plan, ys, None) | (ys.view(udt) & udt.type(1 << (8 * udt.itemsize - 1)))
 
 
 def int_rtn(y: np.ndarray, c: np.ndarray) -> None:
-    """:func:`ecosim.rounding.round_kernel` (RTN) of ``y`` into ``c`` for an integer grid, when no
-    ``|y|`` reaches ``int_max + 1/2`` (nor ``-int_min + 1/2``): ``rint`` is odd-symmetric, so
+    """:func:`ecosim.core.rounding.round_kernel` (RTN) of ``y`` into ``c`` for an integer grid, when
+    no ``|y|`` reaches ``int_max + 1/2`` (nor ``-int_min + 1/2``): ``rint`` is odd-symmetric, so
     the kernel's ``copysign(rint(|y|), y)`` is ``rint(y)``, nothing needs the clip, and adding
     ``0`` turns ``-0`` into ``+0`` as there."""
     np.rint(y, out=c)
@@ -157,7 +157,7 @@ def fast_codes_ok(plan) -> bool:
 
 def signed_float_codes(plan, y: np.ndarray, codes: np.ndarray, ubuf: np.ndarray,
                        rbuf: np.ndarray):
-    """:func:`ecosim.rounding_codes.code_kernel` (RTN, ``no_over``, ``defer``) of ``y`` into
+    """:func:`ecosim.core.rounding_codes.code_kernel` (RTN, ``no_over``, ``defer``) of ``y`` into
     one-byte ``codes``, on the bits with their sign (see :func:`signed_float_rtn`).
 
     With ``W`` the working dtype's exponent width, the rounded bits of a normal value less the
@@ -197,7 +197,7 @@ def signed_float_codes(plan, y: np.ndarray, codes: np.ndarray, ubuf: np.ndarray,
 
 
 def int_codes(plan, y: np.ndarray, codes: np.ndarray, cbuf: np.ndarray) -> None:
-    """:func:`ecosim.rounding_codes.code_kernel` (RTN) of ``y`` into one-byte ``codes`` for an
+    """:func:`ecosim.core.rounding_codes.code_kernel` (RTN) of ``y`` into one-byte ``codes`` for an
     integer grid, under :func:`int_rtn`'s bound: ``rint`` needs no clip and no value is NaN;
     the two's complement byte, masked to the storage bits. Returns None (no candidates)."""
     fmt = plan.fmt
@@ -220,7 +220,7 @@ def rows_rtn(plan, X2: np.ndarray, s2: np.ndarray, out2: np.ndarray, i0: int, i1
     short rows); ``no_over``: the caller checked that no quotient can round past the grid (nor
     is NaN). Then a plan that :func:`fast_rtn_ok` accepts rounds by :func:`signed_float_rtn`,
     :func:`int_rtn` or :func:`signed_float_codes`, any other by the kernels of
-    :mod:`ecosim.rounding`. The division and the product are the general path's, operand for
+    :mod:`ecosim.core.rounding`. The division and the product are the general path's, operand for
     operand.
     """
     ybuf, cbuf, ubuf, sbuf = bufs

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import native, scale_error
+from .checks import native, scale_error
 from .formats import Format, get
 from .rounding import (CHUNK, Rounding, chunk_bits, round_kernel, prepare, random_source,
                        quantize)
@@ -81,8 +81,8 @@ class QuantizerConfig:
     The fields, their checks (the same ValueErrors) and the derived properties are shared by
     :class:`Quantizer` and :class:`ecosim.torch.Quantizer`, which add the array and tensor
     computations; the arguments are documented at :class:`Quantizer`. ``fmt`` is held as a
-    :class:`~ecosim.formats.Format` (a name is looked up) and ``saturate`` as a bool;
-    :attr:`rounding` is the checked :class:`~ecosim.rounding_modes.Rounding` of ``mode``,
+    :class:`~ecosim.core.formats.Format` (a name is looked up) and ``saturate`` as a bool;
+    :attr:`rounding` is the checked :class:`~ecosim.core.rounding_modes.Rounding` of ``mode``,
     ``nbits``, ``sr_rule`` and ``saturate`` (``mode`` may be a Rounding itself).
 
     Example:
@@ -143,8 +143,8 @@ class Quantizer(QuantizerConfig):
 
     Args:
         fmt: format or name (``"e4m3"``, ``"int4"``, ``"ternary"`` ...).
-        mode: a name of :data:`~ecosim.rounding_modes.MODES` (see :func:`ecosim.quantize`),
-            or a :class:`~ecosim.rounding_modes.Rounding` (which then carries ``nbits``,
+        mode: a name of :data:`~ecosim.core.rounding_modes.MODES` (see :func:`ecosim.quantize`),
+            or a :class:`~ecosim.core.rounding_modes.Rounding` (which then carries ``nbits``,
             ``saturate`` and ``sr_rule``).
         granularity: ``"tensor"`` (one scale), ``"row"`` (one per index of the leading axes,
             reducing over the last axis: per output channel of a ``(out, in)`` weight, what the
@@ -235,7 +235,7 @@ class Quantizer(QuantizerConfig):
 
     def _absmax_scales(self, amax: np.ndarray, dt: np.dtype, tiny=None, rho=None) -> np.ndarray:
         """Scales of blocks of absolute maximum ``amax`` (finite) under ``absmax``/``absmax_pow2``
-        (:mod:`ecosim.scale_rules`; ``tiny``: ``np.finfo(dt).tiny``, ``rho``: ``self.rho`` in
+        (:mod:`ecosim.core.scale_rules`; ``tiny``: ``np.finfo(dt).tiny``, ``rho``: ``self.rho`` in
         ``dt``, passed as 0-d arrays by callers in a loop)."""
         if self.scale == "absmax":
             return absmax_scales(amax, _constant(self.rho, dt) if rho is None else rho,
@@ -246,8 +246,9 @@ class Quantizer(QuantizerConfig):
     # One pass over the array in cache-sized chunks of whole blocks: for row and group scales
     # each chunk's block maxima and scales are computed while the chunk is in cache (a non-finite
     # value shows as a non-finite maximum), then the chunk is divided by its scales, rounded by
-    # the kernel of ecosim.rounding and multiplied back (or turned into codes; RTN on float32/64
-    # in ecosim.quantizer_rows). Tensor, column, absmean scales, blocks over a chunk: _scales.
+    # the kernel of ecosim.core.rounding and multiplied back (or turned into codes; RTN on
+    # float32/64 in ecosim.core.quantizer_rows). Tensor, column, absmean scales, blocks over a
+    # chunk: _scales.
 
     def _layout(self, shape: tuple) -> tuple[int, int, str]:
         """The flat C-order array as ``R`` rows of ``C``, scaled per row, column or once."""
@@ -325,7 +326,7 @@ class Quantizer(QuantizerConfig):
             res[n:] = 0
         if fuse:
             s = np.empty(tuple(1 if i in axes else m for i, m in enumerate(xb.shape)), dt)
-            if self.rounding.mode == "rtn" and x.dtype == dt:  # ecosim.quantizer_rows
+            if self.rounding.mode == "rtn" and x.dtype == dt:  # ecosim.core.quantizer_rows
                 return self._fused_rtn(x, xb, s, plan, info, res)
         elif s is None:
             s = self._scales(xb, axes)
@@ -386,8 +387,9 @@ class Quantizer(QuantizerConfig):
         return x, out, s
 
     def _fused_rtn(self, x, xb, s, plan, info, res):
-        """:meth:`_run`'s result by :func:`ecosim.quantizer_rows.fused_rows` (RTN, absmax scales
-        per row or group, float32/float64 input): ``s`` its empty scales, ``res`` its codes."""
+        """:meth:`_run`'s result by :func:`ecosim.core.quantizer_rows.fused_rows` (RTN, absmax
+        scales per row or group, float32/float64 input): ``s`` its empty scales, ``res`` its
+        codes."""
         got = fused_rows(plan, np.ascontiguousarray(xb).reshape(info.R, info.C),
                          s.reshape(info.R, 1), self._absmax_scales, info.tiny, res)
         if got is None:
@@ -415,8 +417,8 @@ class Quantizer(QuantizerConfig):
         """Quantize and store: codes in real low-precision storage, plus scales.
 
         The codes come from the rounding kernel's bit arithmetic in the same chunked pass
-        (:func:`ecosim.rounding_codes.code_kernel`); they equal :func:`ecosim.formats.encode`
-        of the values :meth:`__call__` rounds to, bit for bit.
+        (:func:`ecosim.core.rounding_codes.code_kernel`); they equal
+        :func:`ecosim.core.formats.encode` of the values :meth:`__call__` rounds to, bit for bit.
         """
         x, res, s = self._run(x, key, rbits, scales, codes_out=True)
         fmt = self.fmt

@@ -5,10 +5,10 @@ mantissa bits and an input with ``S`` (23 for float32, 52 for float64), every in
 magnitude is at least the format's smallest normal is rounded on its own bit pattern: the low
 ``S - M`` bits are the exact fraction ``p`` between the two neighbours, and adding a carry to the
 kept bits is exactly "go to the next representable value" (it carries into the exponent);
-that rule is :func:`ecosim.bitops.round_bits`, which the torch backend runs as well.
+that rule is :func:`ecosim.core.bitops.round_bits`, which the torch backend runs as well.
 Inputs below the smallest normal lie on a uniform grid of step ``2**(emin - M)`` and integer
 formats on one of step 1: both rules are written once for NumPy and torch in
-:mod:`ecosim.gridrules`; NumPy's faster float paths for the common cases (one subnormal step,
+:mod:`ecosim.core.gridrules`; NumPy's faster float paths for the common cases (one subnormal step,
 finite integer-grid inputs) are tested bit-equal to them.
 
 Work is done in cache-sized chunks (every temporary stays in L2), which is what makes the exact
@@ -26,14 +26,14 @@ import numpy as np
 
 from . import gridrules, rng
 from .bitops import NUMPY_WORDS, finish_bits, round_bits
-from ._checks import native
+from .checks import native
 from .formats import Format, get
 from .rounding_modes import MODES, SR_RULES, ModeRule, Rounding
 
 __all__ = ["quantize", "MODES", "SR_RULES", "Rounding"]
 CHUNK = 1 << 15  # elements: 128 KiB per float32 temporary
 #: The modes NumPy's faster paths below the smallest normal and on integer grids serve; every
-#: other mode takes the rules of ecosim.gridrules.
+#: other mode takes the rules of ecosim.core.gridrules.
 _FAST_MODES = ("rtn", "sr")
 
 
@@ -140,7 +140,7 @@ def quantize(x, fmt: Format | str, mode: str | Rounding = "rtn", *, rbits=None, 
         x: float16, bfloat16, float32 or float64 array (Python floats become float64), in
             either byte order (a byte-swapped array is read as its values; the result is in the
             machine's byte order).
-        fmt: a :class:`~ecosim.formats.Format` or a name (``"e4m3"``, ``"bf16"``, ``"int4"``).
+        fmt: a :class:`~ecosim.core.formats.Format` or a name (``"e4m3"``, ``"bf16"``, ``"int4"``).
         mode: ``"rtn"``, round to nearest, ties to the neighbour with an even code (ties away
             from zero for formats that say so: E8M0), computed from the exact input value; or
             ``"sr"``, stochastic rounding: with ``p`` the position of ``|x|`` between its two
@@ -152,7 +152,7 @@ def quantize(x, fmt: Format | str, mode: str | Rounding = "rtn", *, rbits=None, 
             non-negative values); only the low ``nbits`` of each word are used.
         nbits: how many low bits of each random word SR uses (1..32).
         key: instead of ``rbits``: an int, or ``(key, counter)``; element ``i`` (C order) uses
-            the bits of counter ``counter + i`` from :mod:`ecosim.rng`.
+            the bits of counter ``counter + i`` from :mod:`ecosim.core.rng`.
         saturate: a bool. True (the training default): finite values and infinities beyond the range
             clamp to +-max; NaN stays NaN (NaN is on no grid: it propagates). False: the
             format's own rules, exactly as an ``ml_dtypes`` cast gives them for float32 input
@@ -166,8 +166,8 @@ def quantize(x, fmt: Format | str, mode: str | Rounding = "rtn", *, rbits=None, 
             ``"floor"`` is its ``StochasticFastest``). Either way the magnitude goes up iff
             ``r + t >= 2**nbits``; with ``nbits >= `` the bits of ``p`` the rules agree.
 
-    ``mode`` may be any name of :data:`~ecosim.rounding_modes.MODES` (each mode's rule is
-    described there), or a :class:`~ecosim.rounding_modes.Rounding`, which then carries
+    ``mode`` may be any name of :data:`~ecosim.core.rounding_modes.MODES` (each mode's rule is
+    described there), or a :class:`~ecosim.core.rounding_modes.Rounding`, which then carries
     ``nbits``, ``sr_rule`` and ``saturate`` itself.
 
     Returns:
@@ -339,7 +339,7 @@ def float_kernel(plan: Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=Fals
     a = b & NUMPY_WORDS.word(absmask(src), b)  # magnitude bits: monotone in |x|
     sign = b ^ a
     r = out.view(src.udtype)  # the rounded magnitude is built in place in the output
-    # the carry out of the dropped bits, then truncation, is the rounding (ecosim.bitops)
+    # the carry out of the dropped bits, then truncation, is the rounding (ecosim.core.bitops)
     round_bits(plan, a, r, rbits, NUMPY_WORDS)
 
     # Below the smallest normal: a uniform grid (subnormals, flush-to-zero, or no zero at all).
@@ -348,7 +348,7 @@ def float_kernel(plan: Plan, x: np.ndarray, out: np.ndarray, rbits, no_over=Fals
         idx = np.flatnonzero(a < U(plan.minnorm))
         r[idx] = small_magnitudes(plan, x[idx], None if rbits is None else rbits[idx])
 
-    # Overflow, sign, -0 and NaN (ecosim.bitops).
+    # Overflow, sign, -0 and NaN (ecosim.core.bitops).
     finish_bits(plan, sign, a, r, NUMPY_WORDS, no_over)
 
 
@@ -358,7 +358,7 @@ def absmask(src: _Src) -> int:
 
 def small_magnitudes(plan: Plan, xs: np.ndarray, rbits) -> np.ndarray:
     """Bits of the rounded magnitudes of inputs below ``plan.minnorm``: the rule of
-    :func:`ecosim.gridrules.small_values` (subnormals, the flush-to-zero gap, E8M0's binades
+    :func:`ecosim.core.gridrules.small_values` (subnormals, the flush-to-zero gap, E8M0's binades
     below the working dtype's normals), which torch runs as well.
 
     Where one step ``2**qexp`` serves every such input (:attr:`Plan.uniform_small`), NumPy
@@ -384,7 +384,7 @@ def small_magnitudes(plan: Plan, xs: np.ndarray, rbits) -> np.ndarray:
 
 
 def int_kernel(plan: Plan, x: np.ndarray, out: np.ndarray, rbits) -> None:
-    """Integer grids: :func:`ecosim.gridrules.int_grid_bits` (which torch runs as well), or,
+    """Integer grids: :func:`ecosim.core.gridrules.int_grid_bits` (which torch runs as well), or,
     for RTN and SR where every input is finite, :func:`_finite_int_kernel`, tested bit-equal
     to it."""
     y = np.abs(x)

@@ -1,8 +1,17 @@
-"""Input checks shared by the public entry points: byte order of arrays, bool and real options.
+"""Input checks shared by the NumPy core, the optimizers and the torch backend.
 
-Every dtype dispatch in ecosim compares dtypes by equality, and NumPy's dtype equality includes
-the byte order (``np.dtype(">f4") != np.float32``). Arrays therefore enter the numeric paths
-through :func:`native`, which gives them the machine's byte order (values unchanged).
+:func:`native` gives an array the machine's byte order: every dtype dispatch in ecosim compares
+dtypes by equality, and NumPy's dtype equality includes the byte order (``np.dtype(">f4") !=
+np.float32``), so arrays enter the numeric paths through it (values unchanged).
+:func:`check_bool` refuses a non-bool option with a one-line error, :func:`check_real` and
+:func:`check_positive` read a finite real option (one message for every optimizer, schedule and
+problem), and :class:`NonFiniteError` (with its subclass :class:`NonFiniteGradient`) is the
+error a step raises on NaN or inf, which :func:`ecosim.train.train` records as a divergence
+(:func:`scale_error` words it for a quantizer's scale).
+
+Example:
+    >>> check_bool(True, "saturate")
+    True
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ a value past the format's range becomes (``saturate``). It is checked once, when
 it and check nothing of it again.
 
 A mode is one :class:`ModeRule` below. Its rules are functions of arrays and a word shim
-(:mod:`ecosim.bitops` says what a shim has), so NumPy and torch run the same arithmetic:
+(:mod:`ecosim.core.bitops` says what a shim has), so NumPy and torch run the same arithmetic:
 
 - :meth:`ModeRule.addend`: the bits added to a magnitude's bits before the dropped low bits are
   cut (the normal range: a carry out of the dropped bits is the step up);
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._checks import check_bool
+from .checks import check_bool
 
 __all__ = ["Rounding", "ModeRule", "RULES", "MODES", "SR_RULES"]
 
@@ -48,7 +48,7 @@ SR_RULES = ("floor", "nearest")
 class ModeRule:
     """The arithmetic of one rounding mode, for both backends (see the module docstring).
 
-    ``plan`` is the rounding's :class:`ecosim.rounding.Plan` (format, working float, ``nbits``,
+    ``plan`` is the rounding's :class:`ecosim.core.rounding.Plan` (format, working float, ``nbits``,
     ``sr_rule``); ``ops`` the word shim; ``rbits`` the random words (None unless
     :attr:`stochastic`), of which only the low ``plan.nbits`` bits are read.
     """

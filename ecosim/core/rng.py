@@ -7,7 +7,7 @@ key with the SplitMix64 finaliser (Steele, Lea, Flood, OOPSLA 2014):
 
     x = mix32(lo32(c) ^ k0);  x = mix32(x ^ k1 ^ mix32(hi32(c) + GOLDEN32)).
 
-The hash itself is :func:`ecosim.bitops.hash_block`, written once for NumPy and torch.
+The hash itself is :func:`ecosim.core.bitops.hash_block`, written once for NumPy and torch.
 Nothing is sequential: any slice of a stream can be produced on its own (chunks, the torch
 mirror), and the same (key, counter) always gives the same
 bits. Everything is 32-bit integer arithmetic, which is what makes it fast in NumPy (SR's cost

@@ -1,7 +1,7 @@
 """Rounding onto uniform grids, written once for NumPy and torch: inputs below a float format's
 smallest normal, and the integer formats.
 
-Like :mod:`ecosim.bitops`, each rule is a function of arrays and a shim; here the shim also
+Like :mod:`ecosim.core.bitops`, each rule is a function of arrays and a shim; here the shim also
 names the array library (``ops.xp``: ``numpy`` or ``torch``, of which the rules use only what
 both spell alike: ``where``, ``abs``, ``floor``, ``round``, ``fmin``, ``copysign``, ``isnan``
 and the operators) and supplies what the two spell differently (or NumPy does slowly):
@@ -15,11 +15,11 @@ and the operators) and supplies what the two spell differently (or NumPy does sl
 - ``float_const(v, like)``: the Python float ``v`` as a constant of ``like``'s float dtype.
 - ``select(cond, a, b, out)``: ``a`` where ``cond`` holds, else ``b``, written into ``out``.
 
-:data:`ecosim.bitops.NUMPY_WORDS` and ``ecosim.torch.bitops.TORCH_WORDS`` carry these. Below the
-smallest normal everything is done in int64 on integer significands (no power-of-two scaling of
+:data:`ecosim.core.bitops.NUMPY_WORDS` and ``ecosim.torch.bitops.TORCH_WORDS`` carry these. Below
+the smallest normal everything is done in int64 on integer significands (no power-of-two scaling of
 subnormals, so no flush-to-zero mode of a device can change a result); the integer grids round
 with float operations that are exact (a clamp first, then ``floor`` or ``2**S`` addition).
-NumPy's float paths (``ecosim.rounding``) and torch's CPU paths (``ecosim.torch.rounding``)
+NumPy's float paths (``ecosim.core.rounding``) and torch's CPU paths (``ecosim.torch.rounding``)
 that are faster on their hot paths are tested bit-equal to these rules.
 """
 
@@ -65,7 +65,7 @@ def small_values(plan, a, rbits, ops):
     binades of the format whose inputs are subnormal in the working dtype. In integers:
     ``|x| = sig * 2**ex`` exactly, the grid step is ``2**qexp``, and ``|x| / step`` splits into
     a floor and a remainder by a shift of ``d = qexp - ex`` bits, so the mode decides from exact
-    integers (:meth:`ecosim.rounding_modes.ModeRule.count`: RTN ties to even, or away for
+    integers (:meth:`ecosim.core.rounding_modes.ModeRule.count`: RTN ties to even, or away for
     formats that say so; SR ``r + t >= 2**nbits``, ``t`` the floor or the nearest of
     ``p * 2**nbits``).
     """
@@ -99,8 +99,8 @@ def uniform_small_values(plan, a, E, rbits, ops):
     ``E = a >> 23``).
 
     With ``|x| = sig * 2**ex`` and ``d = qexp - ex >= 1``, the count of steps is ``sig`` with
-    ``d`` bits dropped, rounded by the mode (:meth:`ecosim.rounding_modes.ModeRule.count`). ``d``
-    is clamped at 62: ``sig < 2**24``, so every count past that shift is 0 either way.
+    ``d`` bits dropped, rounded by the mode (:meth:`ecosim.core.rounding_modes.ModeRule.count`).
+    ``d`` is clamped at 62: ``sig < 2**24``, so every count past that shift is 0 either way.
     """
     xp, src = ops.xp, plan.src
     S = src.mant
@@ -119,7 +119,7 @@ def int_grid_bits(plan, b, out, rbits, ops) -> None:
 
     Beyond the range everything clamps anyway, so ``|x|`` is clamped first: ``fmin`` also
     sends inf and NaN to a finite value, and every later step is exact. The mode rounds the
-    clamped magnitudes (:meth:`ecosim.rounding_modes.ModeRule.on_step_one`: RTN ties to even,
+    clamped magnitudes (:meth:`ecosim.core.rounding_modes.ModeRule.on_step_one`: RTN ties to even,
     by adding ``2**S`` where that is exact; SR the floor plus one iff ``r + t >= 2**nbits``).
     The sign goes back on, ``-0`` becomes ``+0``
     and a NaN input gives its own bits, quieted (what NumPy's float ops return).
