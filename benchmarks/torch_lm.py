@@ -7,7 +7,7 @@ For each preset (``ecosim.torch.model.PRESETS``) and each method, on one device:
   rows' steps interleaved, and its ratio to the master step with the same rounding and
   storage (target: ECO <= 1.1x master);
 * ``static B/p``: bytes per parameter of those linears actually held between steps (codes +
-  scales or FP32 values, plus the optimizer states; :func:`ecosim.torch.nn.measured_memory`),
+  scales or FP32 values, plus the optimizer states; :func:`ecosim.torch.memory.measured_memory`),
   and on CUDA ``torch.cuda.memory_allocated`` after a step with the gradients freed, per
   parameter of the whole model (embedding and head in FP32 with plain AdamW included);
 * ``peak B/p`` (CUDA only): ``torch.cuda.max_memory_allocated`` over full training steps
@@ -51,7 +51,7 @@ import torch
 
 from ecosim.torch.lm import LMConfig, build_optimizers
 from ecosim.torch.model import PRESETS, Transformer, param_counts, quantized_names
-from ecosim.torch.nn import measured_memory
+from ecosim.torch.memory import measured_memory
 
 ROWS = (("master", "param"), ("master", "codes"), ("eco", "param"), ("eco", "codes"))
 

@@ -19,8 +19,8 @@ import pytest
 
 from ecosim import experiments as E
 from ecosim.tooling.cli import main
-from ecosim.experiments.runner import (DaskExecutor, InlineExecutor, executor_workers,
-                                       make_executor, parse_executor)
+from ecosim.experiments.executors import (DaskExecutor, InlineExecutor, executor_workers,
+                                          make_executor, parse_executor)
 
 HAS_DISTRIBUTED = importlib.util.find_spec("distributed") is not None
 needs_dask = pytest.mark.skipif(not HAS_DISTRIBUTED, reason="Dask's distributed scheduler "

@@ -18,7 +18,8 @@ import ecosim.torch as et  # noqa: E402
 from ecosim.memory import bytes_per_param  # noqa: E402
 from ecosim.optim import WarmupCosine, adamw, schedule_guard_lr  # noqa: E402
 from ecosim.torch import store_weights  # noqa: E402
-from ecosim.torch.nn import QuantizedLinear, measured_memory  # noqa: E402
+from ecosim.torch.memory import measured_memory  # noqa: E402
+from ecosim.torch.nn import QuantizedLinear  # noqa: E402
 from ecosim.torch.optim import ECOAdamW  # noqa: E402
 from torch_parity import linear_model, random_problem, step_both  # noqa: E402
 

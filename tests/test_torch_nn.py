@@ -20,13 +20,8 @@ torch = pytest.importorskip("torch")
 import ecosim  # noqa: E402
 import ecosim.torch as et  # noqa: E402
 from ecosim.optim import adamw, sgdm  # noqa: E402
-from ecosim.torch.nn import (  # noqa: E402
-    GradSlot,
-    QuantizedLinear,
-    data_parallel,
-    measured_memory,
-    stored,
-)
+from ecosim.torch.memory import measured_memory  # noqa: E402
+from ecosim.torch.nn import GradSlot, QuantizedLinear, data_parallel, stored  # noqa: E402
 from ecosim.torch.layers import store_weights  # noqa: E402
 from ecosim.torch.optim import ECOAdamW, ECOSGD  # noqa: E402
 from torch_parity import linear_model, random_problem, step_both  # noqa: E402

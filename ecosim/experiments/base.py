@@ -28,7 +28,8 @@ from typing import ClassVar  # noqa: F401
 from .config import (Check, Config, ConfigError, at_least, distinct, finite, interval,
                      non_negative, nonempty, one_of, positive, rng_key)
 from .registry import CACHE_FORMAT, Experiment, experiment, experiments, get
-from .runner import InlineExecutor, Run, RunStats, make_executor, run, run_many, stack_units
+from .executors import InlineExecutor, make_executor
+from .runner import Run, RunStats, run, run_many, stack_units
 from .store import (CACHE_ENV, DEFAULT_CACHE, Cache, Results, as_results, atomic_write,
                     load_results, results_bytes, save_results)
 

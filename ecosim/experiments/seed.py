@@ -26,7 +26,8 @@ import tempfile
 from pathlib import Path
 
 from . import registry
-from .runner import make_executor, run_many
+from .executors import make_executor
+from .runner import run_many
 from .shared import SharedUnit
 from .store import Cache
 

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _executor_spec(args):
     """The executor spec that ``--executor`` / ``--jobs`` give, checked (before any work)."""
-    from ..experiments.runner import parse_executor
+    from ..experiments.executors import parse_executor
 
     if args.executor is not None and args.jobs is not None:
         raise _UsageError("give --executor or --jobs, not both (--jobs N is --executor "
@@ -167,7 +167,7 @@ def _executor_spec(args):
 
 def _executor(spec):
     """The executor of a checked spec, and a label for messages."""
-    from ..experiments.runner import DaskExecutor, make_executor, parse_executor
+    from ..experiments.executors import DaskExecutor, make_executor, parse_executor
 
     try:
         executor = make_executor(spec)

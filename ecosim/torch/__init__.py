@@ -51,14 +51,8 @@ except ImportError as err:  # pragma: no cover - exercised only without torch
     raise ImportError("ecosim.torch needs torch: pip install -e '.[torch]' (or `make torch`)"
                       ) from err
 
-from .nn import (
-    GradSlot,
-    MeasuredMemory,
-    QuantizedLinear,
-    data_parallel,
-    measured_memory,
-    stored,
-)
+from .memory import MeasuredMemory, measured_memory
+from .nn import GradSlot, QuantizedLinear, data_parallel, stored
 from .layers import (
     QuantizedConv,
     QuantizedConv1D,

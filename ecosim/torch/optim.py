@@ -45,7 +45,7 @@ value is float32 (float64) arithmetic.
 
 Storage: low-precision states are held as codes in their torch dtype (``bfloat16`` for
 ``"bf16"``, ``float8_e4m3fn`` codes plus row scales in ``state["m_scales"]`` for ``"e4m3"``,
-packed uint8 for 4-bit formats), so ``nbytes`` (and :func:`ecosim.torch.nn.measured_memory`)
+packed uint8 for 4-bit formats), so ``nbytes`` (and :func:`ecosim.torch.memory.measured_memory`)
 shows the saving; :meth:`~ECOAdamW.state_values` returns their values. :meth:`state_dict`
 exports them as same-size integers (``Optimizer.load_state_dict`` casts floating states to the
 parameter's dtype) and :meth:`load_state_dict` restores them, so checkpoints resume bit for

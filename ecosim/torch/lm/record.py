@@ -17,7 +17,7 @@ from ... import optim as _np_optim
 from .. import data as _data
 from ..dtensor import local_tensor
 from ..model import param_counts, quantized_names
-from ..nn import measured_memory
+from ..memory import measured_memory
 from .checkpoint import jsonable
 
 __all__ = ["build", "bytes_per_param", "mean"]
@@ -75,7 +75,7 @@ def bytes_per_param(model, opts, cfg, method) -> dict:
                  "copy is not counted); measured: nbytes of the live state tensors, with the "
                  "stored weights as real FP8/BF16 codes + scales (ECOAdamW.encoded), the "
                  "master schemes' copy left out as in the formula; held: everything this "
-                 f"process holds for these layers (ecosim.torch.nn.measured_memory; "
+                 f"process holds for these layers (ecosim.torch.memory.measured_memory; "
                  f"storage={cfg.storage!r}: 'codes' holds codes + scales, 'param' FP32 values, "
                  "plus the optimizer's states; with fsdp, measured and held count this "
                  "process's rows)"),
@@ -91,7 +91,7 @@ def build(run, diverged: bool) -> dict:
     B, T, A, W = cfg.batch, cfg.seq, cfg.grad_accum, env.world
     counts = param_counts(preset.model)
     peak_kind = ("cuda.max_memory_allocated" if dev.type == "cuda"
-                 else "nbytes(params+states), ecosim.torch.nn.measured_memory")
+                 else "nbytes(params+states), ecosim.torch.memory.measured_memory")
     if dev.type == "cuda":
         peak = torch.cuda.max_memory_allocated(dev)
     else:  # static: parameters (codes + scales for stored layers) and optimizer states
