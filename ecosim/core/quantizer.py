@@ -8,6 +8,7 @@ and back.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -270,12 +271,17 @@ class Quantizer(QuantizerConfig):
             raise ValueError("scales must be positive and finite")
         return s
 
+    @functools.cached_property
+    def _memo(self) -> dict:
+        """``{(shape, dtype): _ShapeInfo}`` (a cache in the instance, not a field: equality,
+        hashing and ``repr`` skip it)."""
+        return {}
+
     def _remember(self, x: np.ndarray, info: _ShapeInfo) -> None:
         """Keep ``info`` in this quantizer's memo of shapes and dtypes (bounded)."""
-        memo = self.__dict__.get("_memo")
-        if memo is None or len(memo) >= _MEMO_MAX:
-            memo = {}
-            object.__setattr__(self, "_memo", memo)  # a cache, not a field: eq/hash/repr skip it
+        memo = self._memo
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
         memo[(x.shape, x.dtype)] = info
 
     def __getstate__(self):
@@ -285,8 +291,7 @@ class Quantizer(QuantizerConfig):
     def _run(self, x, key, rbits, scales, codes_out: bool):
         """``(x, blocked values or flat codes, scales)`` of one chunked pass (see above)."""
         x = _check_float(x)
-        memo = self.__dict__.get("_memo")  # what follows from x's shape and dtype alone
-        info = memo.get((x.shape, x.dtype)) if memo else None
+        info = self._memo.get((x.shape, x.dtype))  # what follows from x's shape and dtype alone
         if info is None:  # checks and layout, once per shape and dtype
             xb, axes = self._blocked(x)
         else:  # they passed before for this shape and dtype

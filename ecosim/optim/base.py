@@ -191,15 +191,16 @@ class QuantizedOptimizer:
         """The fields only: the per-parameter lookups are a cache, neither pickled nor copied."""
         return {k: v for k, v in self.__dict__.items() if k != "_param_memo"}
 
-    def _memo(self) -> dict:
-        """The per-parameter lookups (a cache, not a dataclass field): by name, the weight
-        quantizer and scheme; by ``(name, shape)``, the state buffers."""
-        return self.__dict__.setdefault("_param_memo", {})  # frozen: no __setattr__
+    @functools.cached_property
+    def _param_memo(self) -> dict:
+        """The per-parameter lookups (a cache in the instance, not a dataclass field): by
+        name, the weight quantizer and scheme; by ``(name, shape)``, the state buffers."""
+        return {}
 
     def _of_param(self, name: str) -> tuple[Quantizer | None, Scheme]:
         """``(weight quantizer, scheme record)`` of parameter ``name``, looked up once: the
         optimizer is frozen and its policies read-only, and a step asks several times."""
-        memo = self.__dict__.get("_param_memo") or self._memo()
+        memo = self._param_memo
         hit = memo.get(name)
         if hit is None:
             q = self._lookup(self.weights, name)
@@ -246,7 +247,7 @@ class QuantizedOptimizer:
 
     def _buffers_of(self, name: str, shape: tuple[int, ...]) -> tuple[str, ...]:
         """:meth:`state_buffers` of ``(name, shape)``, looked up once (the optimizer is frozen)."""
-        memo = self.__dict__.get("_param_memo") or self._memo()
+        memo = self._param_memo
         hit = memo.get((name, shape))
         if hit is None:
             hit = memo[(name, shape)] = self.state_buffers(name, shape)

@@ -12,6 +12,7 @@ steps followed by a cosine decay to 0.1x the peak: :func:`warmup_cosine` with it
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 from typing import Any, Callable
@@ -85,6 +86,12 @@ class Schedule:
         """The fields only: the tables are a cache, neither pickled nor copied."""
         return {k: v for k, v in self.__dict__.items() if k != "_tables"}
 
+    @functools.cached_property
+    def _tables(self) -> dict:
+        """``{block: its learning rates}`` (a cache in the instance, not a dataclass field:
+        equality, hashing and ``repr`` skip it; a frozen schedule's fields stay as built)."""
+        return {}
+
     def _at(self, t: int) -> float:
         """``self(t)`` for a Python int ``t >= 0``, from a table of the block of
         :data:`_TABLE_BLOCK` steps around it, evaluated once by the array path.
@@ -95,10 +102,7 @@ class Schedule:
         :data:`_TABLE_BLOCKS` blocks are kept.
         """
         b, i = divmod(t, _TABLE_BLOCK)
-        tables = getattr(self, "_tables", None)
-        if tables is None:
-            tables = {}
-            object.__setattr__(self, "_tables", tables)  # a cache, not a dataclass field
+        tables = self._tables
         row = tables.get(b)
         if row is None:
             if len(tables) >= _TABLE_BLOCKS:
