@@ -2,8 +2,8 @@
 
 The modules of :mod:`ecosim.core` sat one level up (``ecosim.rounding``, ``ecosim.formats``,
 ...). Code and torch checkpoints that name them keep working: importing a former path warns
-(DeprecationWarning, naming the new one) and gives a module whose attributes are the new
-module's, so the classes and functions are the same objects.
+(DeprecationWarning, naming the new one) and gives the new module itself, so the classes
+and functions are the same objects and a write to the module reaches the one module.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
-import types
 import warnings
 
 __all__ = ["MOVED", "Finder", "install"]
@@ -22,26 +21,22 @@ MOVED = {f"ecosim.{m}": f"ecosim.core.{m}" for m in (
     "bitops", "catalog", "format_record", "formats", "gridrules", "quantizer", "quantizer_rows",
     "rng", "rounding", "rounding_codes", "rounding_modes", "scale_rules")}
 MOVED["ecosim.checks"] = "ecosim.core.checks"
-
-
-class _Alias(types.ModuleType):
-    """A former path: every attribute is read from the module that replaced it."""
-
-    def __getattr__(self, name: str):
-        return getattr(importlib.import_module(MOVED[self.__name__]), name)
-
-    def __dir__(self):
-        return dir(importlib.import_module(MOVED[self.__name__]))
+MOVED["ecosim._checks"] = "ecosim.core.checks"  # where NonFiniteError was defined (pickles)
 
 
 class _Loader(importlib.abc.Loader):
+    """Loads a former path as the module that replaced it (the same object, so writes to it
+    and ``ecosim.formats`` stay the new module); its own ``__spec__`` is kept."""
+
     def create_module(self, spec):
         warnings.warn(f"{spec.name} moved to {MOVED[spec.name]}; import it from there",
                       DeprecationWarning, stacklevel=2)
-        return _Alias(spec.name)
+        module = importlib.import_module(MOVED[spec.name])
+        self._spec = module.__spec__  # the import system sets the former path's spec on it
+        return module
 
     def exec_module(self, module):
-        pass
+        module.__spec__ = self._spec
 
 
 class Finder(importlib.abc.MetaPathFinder):
