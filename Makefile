@@ -16,15 +16,16 @@ export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 # The committed figures and the pinned digests were computed with AVX2 kernels: OpenBLAS's
-# Haswell kernels for NumPy's matrix products and torch's AVX2 kernels for its CPU ops. On a
-# machine with AVX-512 both libraries would pick wider kernels that sum in another order, and
-# every figure built on a matrix product would differ in its last bits. Pinned to the AVX2
-# kernels on any x86-64 that has AVX2 and FMA, the figures come out byte for byte and the
-# pinned tests run on both kinds of machine. Elsewhere (ARM, an older x86-64) the pins stay
-# unset: the kernels cannot run there (torch would warn that the value is invalid, and the
-# suite turns warnings into errors). A value set by the user wins.
-AVX2 := $(shell [ "$$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null \
-	&& grep -qw fma /proc/cpuinfo 2>/dev/null && echo yes)
+# Haswell kernels for NumPy's matrix products, NumPy's own AVX2 (x86-64-v3) kernels for its
+# element-wise math (exp, tanh, log...) and torch's AVX2 kernels for its CPU ops. On a machine
+# with AVX-512 each library would pick wider kernels that sum or round in another order, and
+# every figure built on them would differ in its last bits. Pinned to the AVX2 kernels on any
+# x86-64 that has the x86-64-v3 instructions (AVX2, FMA, F16C, BMI1/2, LZCNT, MOVBE), the
+# figures come out byte for byte and the pinned tests run on both kinds of machine. Elsewhere
+# (ARM, an older x86-64) the pins stay unset: the kernels cannot run there (torch would warn
+# that the value is invalid, NumPy would refuse to start). A value set by the user wins.
+AVX2 := $(shell [ "$$(uname -m)" = x86_64 ] && for f in avx2 fma f16c bmi1 bmi2 abm movbe; \
+	do grep -qw $$f /proc/cpuinfo 2>/dev/null || exit 1; done && echo yes)
 ifeq ($(origin ATEN_CPU_CAPABILITY),undefined)
 ATEN_CPU_CAPABILITY := $(if $(AVX2),avx2)
 endif
@@ -36,6 +37,13 @@ OPENBLAS_CORETYPE := $(if $(AVX2),Haswell)
 endif
 ifneq ($(OPENBLAS_CORETYPE),)
 export OPENBLAS_CORETYPE
+endif
+# NumPy refuses both variables at once, so either one set by the user leaves the pin unset
+ifeq ($(origin NPY_ENABLE_CPU_FEATURES)$(origin NPY_DISABLE_CPU_FEATURES),undefinedundefined)
+NPY_ENABLE_CPU_FEATURES := $(if $(AVX2),X86_V3)
+endif
+ifneq ($(NPY_ENABLE_CPU_FEATURES),)
+export NPY_ENABLE_CPU_FEATURES
 endif
 
 .PHONY: test test-slow test-latest figures seed bench torch lock clean docs lab

@@ -9,15 +9,15 @@ the same everywhere. So a test pins its digests per platform of :data:`PLATFORMS
 those of the platform this machine computes as (:func:`pinned_platform`).
 
 A guard that skips on an unknown machine is a guard that is off, so a machine that matches no
-platform fails the pinned tests wherever the pinned kernels can run (an x86-64 with AVX2 and
-FMA: OpenBLAS's Haswell kernels and torch's AVX2 kernels, which the Makefile selects with
-``OPENBLAS_CORETYPE=Haswell`` and ``ATEN_CPU_CAPABILITY=avx2``), and skips, saying why, only
+platform fails the pinned tests wherever the pinned kernels can run (an x86-64 with the
+x86-64-v3 instructions, AVX2 and FMA among them: OpenBLAS's Haswell kernels, NumPy's X86_V3
+kernels and torch's AVX2 kernels, which the Makefile selects with ``OPENBLAS_CORETYPE=Haswell``,
+``NPY_ENABLE_CPU_FEATURES=X86_V3`` and ``ATEN_CPU_CAPABILITY=avx2``), and skips, saying why, only
 where they cannot (ARM, an older x86-64). A new platform that can run them but still computes
 other bits (another vector-math path in NumPy, say) is pinned by adding it to
 :data:`PLATFORMS` with the digests the tests print, computed from the code the digests were
 pinned from.
 """
-import functools
 import hashlib
 import platform
 from typing import NamedTuple
@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from ecosim.experiments.provenance import blas_fingerprint
+from ecosim.experiments.provenance import blas_fingerprint, ufunc_fingerprint
 
 
 class Platform(NamedTuple):
@@ -44,21 +44,12 @@ PLATFORMS = {
 }
 
 
-@functools.lru_cache(maxsize=1)
 def platform_probe() -> tuple[str, str]:
     """(BLAS probe, ufunc probe): hashes of fixed float32 products
-    (:func:`~ecosim.experiments.provenance.blas_fingerprint`) and of NumPy's exp, tanh, log1p,
-    expm1, sin, cos, log, sum and cumsum on fixed float32 and float64 inputs."""
-    x = (np.arange(1, 4097, dtype=np.float64) * 0.6180339887498949 % 1.0 - 0.5) * 8
-    h = hashlib.sha256()
-    for dt in (np.float32, np.float64):
-        v = x.astype(dt)
-        for f in (np.exp, np.tanh, np.log1p, np.expm1, np.sin, np.cos):
-            h.update(f(v if f is not np.log1p else np.abs(v)).tobytes())
-        h.update(np.log(np.abs(v) + 1).tobytes())
-        h.update(np.sum(v).tobytes())
-        h.update(np.cumsum(v).tobytes())
-    return blas_fingerprint()["probe"], h.hexdigest()[:16]
+    (:func:`~ecosim.experiments.provenance.blas_fingerprint`) and of NumPy's element-wise math
+    on fixed inputs (:func:`~ecosim.experiments.provenance.ufunc_fingerprint`), the two probes
+    every NumPy experiment's cache key holds."""
+    return blas_fingerprint()["probe"], ufunc_fingerprint()["probe"]
 
 
 def pinned_platform(torch: bool = False) -> str:
@@ -88,16 +79,23 @@ def pinned_platform(torch: bool = False) -> str:
            f"{here}")
     if not can_run_pinned_kernels():
         pytest.skip(f"{why}: the pinned AVX2 kernels cannot run on this machine "
-                    f"({platform.machine()} without AVX2 and FMA)")
+                    f"({platform.machine()} without {' '.join(_V3_FLAGS)})")
     pytest.fail(f"{why}, though it can run the pinned AVX2 kernels: run the tests with "
-                "OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 (make test sets both); if "
+                "OPENBLAS_CORETYPE=Haswell NPY_ENABLE_CPU_FEATURES=X86_V3 ATEN_CPU_CAPABILITY=avx2 "
+                "(make test sets all three); if "
                 "the probes still match no platform, this CPU computes other bits: pin it in "
                 "tests/platform_pins.PLATFORMS", pytrace=False)
 
 
+#: the x86-64-v3 instructions as /proc/cpuinfo names them (LZCNT is ``abm``): what OpenBLAS's
+#: Haswell kernels, NumPy's X86_V3 kernels and torch's AVX2 kernels need (the Makefile pins them
+#: where a CPU has all of these)
+_V3_FLAGS = ("avx2", "fma", "f16c", "bmi1", "bmi2", "abm", "movbe")
+
+
 def can_run_pinned_kernels() -> bool:
     """Whether this machine can run the kernels the digests were pinned with: an x86-64 whose
-    CPU has AVX2 and FMA (OpenBLAS's Haswell kernels, torch's AVX2 kernels)."""
+    CPU has the x86-64-v3 instructions (:data:`_V3_FLAGS`)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
     try:
@@ -110,7 +108,7 @@ def can_run_pinned_kernels() -> bool:
         except ImportError:
             return False
         return _torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-    return "avx2" in flags and "fma" in flags
+    return all(flag in flags for flag in _V3_FLAGS)
 
 
 def digest_arrays(arrays: dict) -> str:

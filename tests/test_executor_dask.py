@@ -157,6 +157,31 @@ def test_workers_with_another_blas_kernel_are_refused(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("*.npz"))
 
 
+
+def test_workers_with_another_numpy_kernel_are_refused(tmp_path, monkeypatch):
+    # NumPy picks its ufunc kernels at import, and NPY_ENABLE_CPU_FEATURES limits them in the
+    # (spawned) pool workers: the same code and versions, other exp/tanh bits.
+    from numpy._core import _multiarray_umath as umath
+
+    from ecosim.experiments.provenance import ufunc_fingerprint
+
+    if "X86_V2" not in umath.__cpu_dispatch__ and "X86_V3" not in umath.__cpu_dispatch__:
+        pytest.skip("this NumPy has no X86_V2/X86_V3 kernels to choose between")
+    here = ufunc_fingerprint()
+    other = "X86_V2" if here["targets"] != ["X86_V2"] else "X86_V3"
+    monkeypatch.delenv("NPY_DISABLE_CPU_FEATURES", raising=False)
+    monkeypatch.setenv("NPY_ENABLE_CPU_FEATURES", other)
+    exp = E.get("relative_error")
+    with make_executor("local:2") as pool:
+        probe = pool.submit(ufunc_fingerprint).result()["probe"]
+        if probe == here["probe"]:
+            pytest.skip(f"NPY_ENABLE_CPU_FEATURES={other} computes the same probe bits here")
+        with pytest.raises(RuntimeError, match=r"worker \S+ computed it with other code or "
+                           r"packages than its cache key says \(ufuncs\.probe: here "
+                           rf"'{here['probe'][:12]}', worker '{probe[:12]}'; ufuncs\.targets"):
+            E.run(exp, exp.default_config(smoke=True), cache=tmp_path, executor=pool)
+    assert not list(tmp_path.rglob("*.npz"))
+
 # -- a Dask cluster -----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

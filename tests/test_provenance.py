@@ -244,6 +244,21 @@ def test_killed_figures_run_leaves_no_worker(tmp_path, sig):
                 pass
 
 
+def test_digest_covers_numpys_vector_math(monkeypatch):
+    """NumPy's AVX-512 exp/tanh/log round some results otherwise than its AVX2 ones: another
+    key."""
+    exp = E.get("mlp_methods")
+    cfg = exp.default_config(smoke=True)
+    assert exp.code()["ufuncs"]["probe"]
+    base = exp.digest(cfg)
+    P.code_fingerprint.cache_clear()
+    monkeypatch.setattr(P, "ufunc_fingerprint", lambda: {"targets": None, "probe": "other"})
+    try:
+        assert exp.digest(cfg) != base
+    finally:
+        P.code_fingerprint.cache_clear()
+
+
 def test_digest_covers_the_blas_kernel(monkeypatch):
     """Another OpenBLAS kernel sums float32 products in another order: another key."""
     exp = E.get("mlp_methods")

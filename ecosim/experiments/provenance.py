@@ -5,13 +5,16 @@ rather than a version tag that someone has to remember to bump. :func:`code_fing
 follows, from an experiment's module, every ``import`` statement it makes (anywhere in the
 file, lazy imports inside functions included) through the ``ecosim`` package, transitively, and
 hashes the code of every ecosim source file it reaches (its syntax tree without docstrings,
-:func:`code_bytes`: prose edits never recompute a result, code edits always do). The third-party packages those files
-import (NumPy, ml_dtypes, SciPy, torch...) enter the key as their installed versions, and the
-Python version too (the LM experiment's default corpus is the standard library's source).
+:func:`code_bytes`: prose edits never recompute a result, code edits always do). The
+third-party packages those files import (NumPy, ml_dtypes, SciPy, torch...) enter the key as
+their installed versions, and the Python version too (the LM experiment's default corpus is the
+standard library's source).
 Where NumPy is imported, so is the BLAS that NumPy runs at run time (:func:`blas_fingerprint`):
 OpenBLAS picks its kernel for the CPU it finds, and kernels sum float32 products in different
 orders, so the same code and versions give different bits on different CPUs (stochastic
-rounding then turns a last-bit difference into another trajectory).
+rounding then turns a last-bit difference into another trajectory). The same holds for NumPy's
+own vector math (exp, tanh, log...), whose kernels NumPy picks for the CPU's instruction set
+(AVX2 or AVX-512): :func:`ufunc_fingerprint` enters the key beside the BLAS.
 
 Rules of the walk (static, on the syntax tree, so a module is never imported to be hashed):
 
@@ -38,6 +41,7 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["blas_fingerprint", "code_bytes", "code_fingerprint", "git_revision",
+           "ufunc_fingerprint",
            "package_versions", "source_files"]
 
 _PACKAGE = "ecosim"
@@ -177,13 +181,15 @@ def code_fingerprint(*modules: str, root: str | None = None) -> dict:
     files import, and the Python version. A file's code is its syntax tree without docstrings
     and positions (:func:`code_bytes`): an edit to the code of any of those files, or a
     different version of any of those packages, changes the key; an edit to comments,
-    docstrings or layout alone does not (it cannot change a result). Cached per process:
+    docstrings or layout alone does not (it cannot change a result). Where those files import
+    NumPy, ``"blas"`` (:func:`blas_fingerprint`) and ``"ufuncs"`` (:func:`ufunc_fingerprint`)
+    say which kernels ran; where they import torch, ``"torch_cpu"``. Cached per process:
     sources are not expected to change under a running build.
 
     Example:
         >>> fp = code_fingerprint("ecosim.experiments.beta_factor")
         >>> sorted(fp)
-        ['blas', 'files', 'packages', 'python', 'source_sha256']
+        ['blas', 'files', 'packages', 'python', 'source_sha256', 'ufuncs']
         >>> "numpy" in fp["packages"]
         True
     """
@@ -200,6 +206,7 @@ def code_fingerprint(*modules: str, root: str | None = None) -> dict:
            "packages": package_versions(external), "python": f"{v.major}.{v.minor}.{v.micro}"}
     if "numpy" in external:
         out["blas"] = blas_fingerprint()
+        out["ufuncs"] = ufunc_fingerprint()
     if "torch" in external:
         out["torch_cpu"] = _torch_cpu_capability()
     return out
@@ -244,6 +251,46 @@ def blas_fingerprint() -> dict:
         b = x[: k * n].reshape(k, n) if n > 1 else x[:k]
         h.update(np.ascontiguousarray(a @ b).tobytes())
     return {"libraries": libraries, "probe": h.hexdigest()[:16]}
+
+
+@lru_cache(maxsize=1)
+def ufunc_fingerprint() -> dict:
+    """Which kernels NumPy's element-wise math runs on this machine, as far as it changes bits.
+
+    NumPy compiles its ufuncs for several instruction sets and picks, at import, the widest the
+    CPU has and the environment allows (``NPY_ENABLE_CPU_FEATURES``,
+    ``NPY_DISABLE_CPU_FEATURES``); its AVX-512 exp, tanh, log and cos round some results
+    differently from its AVX2 ones. ``targets``: the dispatch targets enabled here (e.g.
+    ``['X86_V3']``), None where this NumPy does not say; ``probe``: a hash of exp, tanh,
+    log1p, expm1, sin, cos, log, sum and cumsum of fixed float32 and float64 inputs, which
+    differs whenever a kernel rounds another way.
+
+    Example:
+        >>> sorted(ufunc_fingerprint())
+        ['probe', 'targets']
+    """
+    import numpy as np
+
+    try:  # NumPy's own record of its dispatch; not public API, so optional
+        from numpy._core import _multiarray_umath as umath
+    except ImportError:
+        try:
+            from numpy.core import _multiarray_umath as umath
+        except ImportError:
+            umath = None
+    targets = None
+    if umath is not None and hasattr(umath, "__cpu_dispatch__"):
+        targets = [str(t) for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
+    x = (np.arange(1, 4097, dtype=np.float64) * 0.6180339887498949 % 1.0 - 0.5) * 8
+    h = hashlib.sha256()
+    for dt in (np.float32, np.float64):
+        v = x.astype(dt)
+        for f in (np.exp, np.tanh, np.log1p, np.expm1, np.sin, np.cos):
+            h.update(f(np.abs(v) if f is np.log1p else v).tobytes())
+        h.update(np.log(np.abs(v) + 1).tobytes())
+        h.update(np.sum(v).tobytes())
+        h.update(np.cumsum(v).tobytes())
+    return {"targets": targets, "probe": h.hexdigest()[:16]}
 
 
 @lru_cache(maxsize=1)
