@@ -136,51 +136,48 @@ def test_a_worker_with_other_code_is_not_cached(tmp_path):
     assert not list(tmp_path.rglob("*.npz"))
 
 
+def _workers_refused(tmp_path, fingerprint, field: str, var: str, value: str, extra=""):
+    """Pool workers spawned with ``var=value`` compute other probe bits than this process
+    under the same key: the run refuses their results (the mismatch names ``field.probe``,
+    then the fields ``extra`` matches) and caches nothing."""
+    here = fingerprint()
+    exp = E.get("relative_error")
+    with make_executor("local:2") as pool:
+        probe = pool.submit(fingerprint).result()["probe"]
+        if probe == here["probe"]:
+            pytest.skip(f"{var}={value} computes the same probe bits here")
+        with pytest.raises(RuntimeError, match=rf"worker \S+ computed it with other code or "
+                           rf"packages than its cache key says \({field}\.probe: here "
+                           rf"'{here['probe'][:12]}', worker '{probe[:12]}'{extra}\); not "
+                           rf"cached"):
+            E.run(exp, exp.default_config(smoke=True), cache=tmp_path, executor=pool)
+    assert not list(tmp_path.rglob("*.npz"))
+
+
 def test_workers_with_another_blas_kernel_are_refused(tmp_path, monkeypatch):
     # A real case of other bits under the same key: OpenBLAS picks its kernel for the CPU it
     # finds, and OPENBLAS_CORETYPE forces another one in the (spawned) pool workers.
     from ecosim.experiments.provenance import blas_fingerprint
 
-    here = blas_fingerprint()
-    arch = {lib[2] for lib in here["libraries"] or []}
+    arch = {lib[2] for lib in blas_fingerprint()["libraries"] or []}
     other = "Sandybridge" if "Sandybridge" not in arch else "Haswell"
     monkeypatch.setenv("OPENBLAS_CORETYPE", other)
-    exp = E.get("relative_error")
-    with make_executor("local:2") as pool:
-        probe = pool.submit(blas_fingerprint).result()["probe"]
-        if probe == here["probe"]:
-            pytest.skip(f"OPENBLAS_CORETYPE={other} computes the same probe bits here")
-        with pytest.raises(RuntimeError, match=rf"worker \S+ computed it with other code or "
-                           rf"packages than its cache key says \(blas\.probe: here "
-                           rf"'{here['probe'][:12]}', worker '{probe[:12]}'\); not cached"):
-            E.run(exp, exp.default_config(smoke=True), cache=tmp_path, executor=pool)
-    assert not list(tmp_path.rglob("*.npz"))
-
+    _workers_refused(tmp_path, blas_fingerprint, "blas", "OPENBLAS_CORETYPE", other)
 
 
 def test_workers_with_another_numpy_kernel_are_refused(tmp_path, monkeypatch):
-    # NumPy picks its ufunc kernels at import, and NPY_ENABLE_CPU_FEATURES limits them in the
-    # (spawned) pool workers: the same code and versions, other exp/tanh bits.
-    from numpy._core import _multiarray_umath as umath
-
+    # NumPy picks its ufunc kernels at import, and NPY_ENABLE_CPU_FEATURES=X86_V2 (its
+    # baseline) leaves the (spawned) pool workers none of the dispatched ones: the same code
+    # and versions, other exp/tanh bits.
     from ecosim.experiments.provenance import ufunc_fingerprint
 
-    if "X86_V2" not in umath.__cpu_dispatch__ and "X86_V3" not in umath.__cpu_dispatch__:
-        pytest.skip("this NumPy has no X86_V2/X86_V3 kernels to choose between")
-    here = ufunc_fingerprint()
-    other = "X86_V2" if here["targets"] != ["X86_V2"] else "X86_V3"
+    if not ufunc_fingerprint()["targets"]:
+        pytest.skip("NumPy dispatches no kernels beyond its baseline here")
     monkeypatch.delenv("NPY_DISABLE_CPU_FEATURES", raising=False)
-    monkeypatch.setenv("NPY_ENABLE_CPU_FEATURES", other)
-    exp = E.get("relative_error")
-    with make_executor("local:2") as pool:
-        probe = pool.submit(ufunc_fingerprint).result()["probe"]
-        if probe == here["probe"]:
-            pytest.skip(f"NPY_ENABLE_CPU_FEATURES={other} computes the same probe bits here")
-        with pytest.raises(RuntimeError, match=r"worker \S+ computed it with other code or "
-                           r"packages than its cache key says \(ufuncs\.probe: here "
-                           rf"'{here['probe'][:12]}', worker '{probe[:12]}'; ufuncs\.targets"):
-            E.run(exp, exp.default_config(smoke=True), cache=tmp_path, executor=pool)
-    assert not list(tmp_path.rglob("*.npz"))
+    monkeypatch.setenv("NPY_ENABLE_CPU_FEATURES", "X86_V2")
+    _workers_refused(tmp_path, ufunc_fingerprint, "ufuncs", "NPY_ENABLE_CPU_FEATURES",
+                     "X86_V2", extra=r"; ufuncs\.targets: here \[[^)]*\], worker \[\]")
+
 
 # -- a Dask cluster -----------------------------------------------------------------------------
 
